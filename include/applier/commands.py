@@ -1,0 +1,99 @@
+"""What each ``applier`` command does, between argument parsing and the library.
+
+Each handler takes the parsed arguments, calls the library, prints the
+result for a person, and returns the exit code.
+"""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+from applier.config import load_config
+from applier.errors import UsageError
+from applier.intermediate.pairs import MIB, list_pairs
+from applier.intermediate.scan import scan_directory
+from applier.planner import plan_backlog
+
+_err = Console(stderr=True)
+
+
+@contextmanager
+def _progress(label: str) -> Iterator[Callable[[int, int], None]]:
+    """A progress bar on stderr (drawn only on a terminal) fed by ``(done, total)`` calls."""
+    with Progress(
+        TextColumn(label),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        console=_err,
+        transient=True,
+        disable=not _err.is_terminal,
+    ) as bar:
+        task = bar.add_task(label, total=None)
+
+        def update(done: int, total: int) -> None:
+            bar.update(task, completed=done, total=total)
+
+        yield update
+
+
+def generate(args: argparse.Namespace) -> int:
+    """``applier generate``: write a seeded workload."""
+    from applier.generate import PROFILES, generate_workload
+
+    if args.list_profiles:
+        for name, profile in PROFILES.items():
+            print(f"{name}: {profile.description}")
+        return 0
+    if args.profile not in PROFILES:
+        raise UsageError(f"--profile {args.profile!r} is unknown; use one of: {', '.join(PROFILES)}")
+    if args.transactions is not None and args.transactions < 1:
+        raise UsageError(f"--transactions {args.transactions} must be at least 1")
+    if args.file_size_mb is not None and args.file_size_mb <= 0:
+        raise UsageError(f"--file-size-mb {args.file_size_mb} must be above 0")
+    with _progress("generating transactions") as progress:
+        summary = generate_workload(
+            args.out,
+            seed=args.seed,
+            transactions=args.transactions,
+            file_size_mb=args.file_size_mb,
+            profile=args.profile,
+            progress=progress,
+        )
+    print(summary.describe())
+    return 0
+
+
+def check(args: argparse.Namespace) -> int:
+    """``applier check``: read and check every pair of a directory."""
+    if not args.directory.is_dir():
+        raise UsageError(f"{args.directory} is not a directory")
+    with _progress("checking pairs") as progress:
+        s = scan_directory(args.directory, progress)
+    print(
+        f"{s.pairs} pairs ok (through {s.last_seq:012d}), {s.bytes / MIB:.2f} MiB, {s.rows} rows; "
+        f"transactions: {s.committed} committed, {s.rolled_back} rolled back, {len(s.open_xids)} open"
+    )
+    for table, rows in sorted(s.rows_by_table.items()):
+        print(f"  {table}: {rows} rows")
+    return 0
+
+
+def plan(args: argparse.Namespace) -> int:
+    """``applier plan``: show the cycles the backlog makes."""
+    config = load_config(args.config, args.overrides)
+    listing = list_pairs(config.intermediate_dir, args.applied_seq + 1)
+    cycles = plan_backlog(listing.pairs, args.applied_seq, config.apply.cycle_limit_bytes)
+    limit = config.apply.process_intermediate_size_per_job
+    print(f"{len(cycles)} cycles after pair {args.applied_seq} (limit {limit or 'none'} MiB per cycle)")
+    for number, cycle in enumerate(cycles, start=1):
+        print(f"  cycle {number}: pairs {cycle.seqs[0]}..{cycle.seqs[-1]} ({cycle.bytes / MIB:.2f} MiB)")
+    gap = listing.gap_error()
+    if gap is not None:
+        _err.print(f"[yellow]stops before a gap:[/] {gap.detail}")
+    return 0

@@ -1,0 +1,231 @@
+"""The Applier's configuration: one YAML file plus ``--set key=value`` overrides.
+
+Everything is validated here, once, into a frozen :class:`Config`. Key names
+mirror the Informatica Data Replication runtime parameters. A bad value, an
+unknown key or a missing required key raises :class:`ConfigError` naming the
+key, the value and what is allowed.
+
+Relative paths in the file are relative to the file's folder; relative paths
+given with ``--set`` are relative to the current directory.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import MappingProxyType
+from typing import Any
+
+import yaml
+
+from applier.errors import ConfigError
+from applier.intermediate.pairs import MIB
+
+TARGET_TYPES = ("delta",)
+_NAME = re.compile(r"[A-Za-z0-9_]+")
+_SPARK_CONF = "spark.conf"
+
+
+@dataclass(frozen=True)
+class ApplyConfig:
+    """``apply.*``: how much each cycle takes and how open transactions are buffered."""
+
+    process_intermediate_size_per_job: float = 0.0
+    buffer_size_for_split_records: int = 1_048_576
+    max_cycles_per_run: int = 0
+
+    @property
+    def cycle_limit_bytes(self) -> int:
+        """The per-cycle size limit in bytes; 0 means every available pair."""
+        return int(self.process_intermediate_size_per_job * MIB)
+
+
+@dataclass(frozen=True)
+class TargetConfig:
+    """``target.*``: where changes are applied."""
+
+    type: str = "delta"
+    path: Path | None = None
+
+
+@dataclass(frozen=True)
+class SparkConfig:
+    """``spark.*``: the Spark application the Applier runs in."""
+
+    master: str = "local[*]"
+    conf: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
+
+
+@dataclass(frozen=True)
+class Config:
+    """The whole, validated configuration of one Applier."""
+
+    configuration_name: str
+    intermediate_dir: Path
+    output_dir: Path
+    apply: ApplyConfig = ApplyConfig()
+    target: TargetConfig = TargetConfig()
+    spark: SparkConfig = SparkConfig()
+
+    @property
+    def work_dir(self) -> Path:
+        """``<output_dir>/<configuration_name>``: checkpoint, reports and spill files."""
+        return self.output_dir / self.configuration_name
+
+    @property
+    def spill_dir(self) -> Path:
+        return self.work_dir / "tmp"
+
+
+def _name(key: str, v: Any) -> str:
+    if not isinstance(v, str) or not _NAME.fullmatch(v):
+        raise ConfigError(key, v, "use letters, digits and underscores only ([A-Za-z0-9_]+)")
+    return v
+
+
+def _non_negative_number(key: str, v: Any) -> float:
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or v < 0 or v != v:
+        raise ConfigError(key, v, "use a number of MB (MiB) >= 0; 0 means every available file")
+    return float(v)
+
+
+def _int_at_least(lowest: int, meaning: str) -> Callable[[str, Any], int]:
+    def check(key: str, v: Any) -> int:
+        if isinstance(v, bool) or not isinstance(v, int) or v < lowest:
+            raise ConfigError(key, v, f"use a whole number >= {lowest} ({meaning})")
+        return v
+
+    return check
+
+
+def _text(key: str, v: Any) -> str:
+    if not isinstance(v, str) or not v.strip():
+        raise ConfigError(key, v, "use a non-empty string")
+    return v
+
+
+def _choice(choices: Sequence[str]) -> Callable[[str, Any], str]:
+    def check(key: str, v: Any) -> str:
+        if v not in choices:
+            raise ConfigError(key, v, f"use one of: {', '.join(choices)}")
+        return str(v)
+
+    return check
+
+
+# key -> (validator, default; None means required unless noted in _required_keys)
+_KEYS: dict[str, tuple[Callable[[str, Any], Any], Any]] = {
+    "configuration_name": (_name, None),
+    "intermediate_dir": (_text, None),
+    "output_dir": (_text, None),
+    "apply.process_intermediate_size_per_job": (_non_negative_number, 0.0),
+    "apply.buffer_size_for_split_records": (_int_at_least(1, "bytes"), 1_048_576),
+    "apply.max_cycles_per_run": (_int_at_least(0, "0 means until caught up"), 0),
+    "target.type": (_choice(TARGET_TYPES), "delta"),
+    "target.path": (_text, None),
+    "spark.master": (_text, "local[*]"),
+}
+_PATH_KEYS = ("intermediate_dir", "output_dir", "target.path")
+KNOWN_KEYS = (*_KEYS, f"{_SPARK_CONF}.<spark property>")
+
+
+def _flatten(raw: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
+    flat: dict[str, Any] = {}
+    for k, v in raw.items():
+        key = f"{prefix}{k}"
+        if key == _SPARK_CONF and isinstance(v, Mapping):
+            flat.update({f"{_SPARK_CONF}.{ck}": cv for ck, cv in v.items()})
+        elif isinstance(v, Mapping):
+            flat.update(_flatten(v, f"{key}."))
+        else:
+            flat[key] = v
+    return flat
+
+
+def _read_file(path: Path) -> dict[str, Any]:
+    try:
+        raw = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except OSError as e:
+        raise ConfigError("--config", str(path), f"the file cannot be read ({e.strerror})") from e
+    except yaml.YAMLError as e:
+        raise ConfigError("--config", str(path), f"the file is not valid YAML ({e})") from e
+    if raw is None:
+        return {}
+    if not isinstance(raw, Mapping):
+        raise ConfigError("--config", str(path), "the file must hold a YAML mapping of keys")
+    return _flatten(raw)
+
+
+def parse_override(text: str) -> tuple[str, Any]:
+    """Split ``key=value``; the value is read as a YAML scalar (``5`` is a number)."""
+    key, sep, value = text.partition("=")
+    if not sep or not key.strip():
+        raise ConfigError("--set", text, "use key=value, e.g. apply.max_cycles_per_run=3")
+    try:
+        parsed = yaml.safe_load(value) if value.strip() else ""
+    except yaml.YAMLError:
+        parsed = value
+    return key.strip(), parsed
+
+
+def _resolve(value: str, base: Path) -> Path:
+    path = Path(value).expanduser()
+    return path if path.is_absolute() else (base / path).resolve()
+
+
+def _validate(flat: dict[str, Any]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for key, value in flat.items():
+        if key.startswith(f"{_SPARK_CONF}."):
+            out[key] = _text(key, str(value))
+        elif key not in _KEYS:
+            raise ConfigError(key, value, f"unknown key; known keys: {', '.join(KNOWN_KEYS)}")
+        else:
+            out[key] = _KEYS[key][0](key, value)
+    for key, (_, default) in _KEYS.items():
+        if key not in out:
+            if default is None and not (key == "target.path" and out.get("target.type", "delta") != "delta"):
+                raise ConfigError(key, None, "this key is required")
+            out[key] = default
+    return out
+
+
+def load_config(path: Path | str | None, overrides: Sequence[str] = ()) -> Config:
+    """Load, override and validate the configuration.
+
+    Args:
+        path: the YAML file, or None to build from overrides alone.
+        overrides: ``key=value`` strings applied over the file.
+
+    Returns:
+        The frozen configuration.
+
+    Raises:
+        ConfigError: naming the key, the value and what is allowed.
+    """
+    file_base = Path(path).resolve().parent if path is not None else Path.cwd()
+    flat = _read_file(Path(path)) if path is not None else {}
+    paths_from_cli: set[str] = set()
+    for text in overrides:
+        key, value = parse_override(text)
+        flat[key] = value
+        paths_from_cli.add(key)
+    values = _validate(flat)
+    for key in _PATH_KEYS:
+        if values[key] is not None:
+            values[key] = _resolve(values[key], Path.cwd() if key in paths_from_cli else file_base)
+    spark_conf = {k[len(_SPARK_CONF) + 1 :]: v for k, v in values.items() if k.startswith(f"{_SPARK_CONF}.")}
+    return Config(
+        configuration_name=values["configuration_name"],
+        intermediate_dir=values["intermediate_dir"],
+        output_dir=values["output_dir"],
+        apply=ApplyConfig(
+            process_intermediate_size_per_job=values["apply.process_intermediate_size_per_job"],
+            buffer_size_for_split_records=values["apply.buffer_size_for_split_records"],
+            max_cycles_per_run=values["apply.max_cycles_per_run"],
+        ),
+        target=TargetConfig(type=values["target.type"], path=values["target.path"]),
+        spark=SparkConfig(master=values["spark.master"], conf=MappingProxyType(spark_conf)),
+    )

@@ -1,0 +1,86 @@
+"""The Applier's exception hierarchy.
+
+Every error the Applier raises on purpose derives from :class:`ApplierError`.
+Each family carries the process exit code the CLI reports for it, so the
+mapping from failure to exit code lives in one place:
+
+- 0  success (including nothing to do)
+- 2  usage or configuration error      (:class:`ConfigError`)
+- 3  refused intermediate file          (:class:`IntermediateFileError`)
+- 4  target or apply error              (:class:`TargetError`)
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+
+class ApplierError(Exception):
+    """Base class of every error the Applier raises deliberately."""
+
+    exit_code = 1
+
+
+class ConfigError(ApplierError):
+    """A configuration key is missing, unknown, or has a value that is not allowed."""
+
+    exit_code = 2
+
+    def __init__(self, key: str, value: object, allowed: str) -> None:
+        self.key = key
+        self.value = value
+        self.allowed = allowed
+        super().__init__(f"configuration key '{key}': {value!r} is not allowed; {allowed}")
+
+
+class UsageError(ApplierError):
+    """A command was called with arguments that do not fit together."""
+
+    exit_code = 2
+
+
+class IntermediateFileError(ApplierError):
+    """An intermediate file (a ``.dat``/``.trn`` pair) is refused.
+
+    Attributes:
+        path: the file (or pair name) that holds the defect.
+        seq: the pair's sequence number.
+        code: a short, stable name of the defect (``sha-mismatch``, ``gap``, ...),
+            matching the defect names of the conformance vectors.
+        detail: what is wrong, in words.
+    """
+
+    exit_code = 3
+
+    def __init__(self, path: Path | str, seq: int, code: str, detail: str) -> None:
+        self.path = Path(path)
+        self.seq = seq
+        self.code = code
+        self.detail = detail
+        super().__init__(f"{self.path}: {detail} [{code}]")
+
+
+class CorruptPairError(IntermediateFileError):
+    """The pair does not match its header, or a file is not what the spec says it is."""
+
+
+class InvalidChangeError(IntermediateFileError):
+    """A row change breaks the spec: lsn order, operation, image, key or value."""
+
+
+class TransactionSequenceError(IntermediateFileError):
+    """Transaction events and rows do not form valid transactions (begin, rows, one end)."""
+
+
+class IncompatibleSchemaChangeError(IntermediateFileError):
+    """A table definition changed in a way other than adding nullable columns."""
+
+
+class GapError(IntermediateFileError):
+    """A sequence number is missing before a complete pair."""
+
+
+class TargetError(ApplierError):
+    """Writing to the target failed; the cycle was not committed."""
+
+    exit_code = 4

@@ -1,0 +1,292 @@
+"""Reading one intermediate-file pair and checking it against the spec.
+
+:func:`read_pair` checks everything that can be judged from the pair alone
+(header, ``.dat`` identity, Parquet columns and metadata, lsn order, operations
+and row images). What needs the pairs before it (lsn continuity, transaction
+events, schema evolution) is :class:`applier.intermediate.stream.StreamValidator`'s.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+from applier.errors import CorruptPairError, InvalidChangeError
+from applier.intermediate.images import ImageProblem, check_images
+from applier.intermediate.pairs import DAT_COLUMNS, FORMAT_NAME, FORMAT_VERSION, OPS, TABLES_METADATA_KEY, PairRef
+from applier.intermediate.schema import SchemaError, TableDef, check_table_name, parse_table_def
+
+EVENT_RECORDS = frozenset({"begin", "commit", "rollback"})
+_TS_TEXT = re.compile(r"\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(\.\d{1,6})?Z")
+_SHA256 = re.compile(r"[0-9a-f]{64}")
+_ARROW_TYPES = {
+    "lsn": (pa.int64(),),
+    "xid": (pa.string(), pa.large_string()),
+    "table": (pa.string(), pa.large_string()),
+    "op": (pa.string(), pa.large_string()),
+    "before": (pa.string(), pa.large_string()),
+    "after": (pa.string(), pa.large_string()),
+}
+
+
+@dataclass(frozen=True)
+class Header:
+    """The first line of a ``.trn`` file."""
+
+    seq: int
+    dat_rows: int
+    dat_bytes: int
+    dat_sha256: str
+    first_lsn: int | None
+    last_lsn: int | None
+    created_at: str
+
+
+@dataclass(frozen=True)
+class Event:
+    """A transaction event of a ``.trn`` file."""
+
+    record: str
+    xid: str
+    lsn: int
+    ts: str
+
+
+@dataclass(frozen=True)
+class Pair:
+    """A pair that passed every check :func:`read_pair` makes.
+
+    Attributes:
+        ref: where the pair is on disk.
+        header: its header.
+        events: its transaction events in lsn order.
+        tables: the table definitions of its ``cdc.tables`` metadata.
+        data: its rows (columns lsn, xid, table, op, before, after).
+    """
+
+    ref: PairRef
+    header: Header
+    events: tuple[Event, ...]
+    tables: dict[str, TableDef]
+    data: pa.Table
+
+    @property
+    def seq(self) -> int:
+        return self.ref.seq
+
+    def lsn_range(self) -> tuple[int, int] | None:
+        """Smallest and largest lsn of any row or event, None for an empty pair."""
+        lsns = [e.lsn for e in self.events]
+        if self.data.num_rows:
+            lsns += [self.data["lsn"][0].as_py(), self.data["lsn"][-1].as_py()]
+        return (min(lsns), max(lsns)) if lsns else None
+
+
+def _is_int(v: Any) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+def _corrupt(ref: PairRef, path: Path, code: str, detail: str) -> CorruptPairError:
+    return CorruptPairError(path, ref.seq, code, detail)
+
+
+def _parse_header(ref: PairRef, line: str | None) -> Header:
+    try:
+        raw = json.loads(line) if line is not None else None
+    except ValueError:
+        raw = None
+    if not isinstance(raw, dict) or raw.get("record") != "header":
+        raise _corrupt(ref, ref.trn_path, "header-missing", "first line is not a header record")
+    if raw.get("format") != FORMAT_NAME:
+        raise _corrupt(ref, ref.trn_path, "header-format", f"format {raw.get('format')!r} is not {FORMAT_NAME!r}")
+    if raw.get("version") != FORMAT_VERSION:
+        raise _corrupt(
+            ref, ref.trn_path, "header-version", f"version {raw.get('version')!r} is unknown (this reader knows 1)"
+        )
+    if raw.get("seq") != ref.seq:
+        raise _corrupt(ref, ref.trn_path, "header-invalid", f"header seq {raw.get('seq')!r} is not {ref.seq}")
+    for key in ("dat_rows", "dat_bytes"):
+        if not _is_int(raw.get(key)) or raw[key] < 0:
+            raise _corrupt(ref, ref.trn_path, "header-invalid", f"header {key} {raw.get(key)!r} is not a count")
+    if not isinstance(raw.get("dat_sha256"), str) or not _SHA256.fullmatch(raw["dat_sha256"]):
+        raise _corrupt(ref, ref.trn_path, "header-invalid", "header dat_sha256 is not 64 lowercase hex digits")
+    for key in ("first_lsn", "last_lsn"):
+        if raw.get(key) is not None and not _is_int(raw.get(key)):
+            raise _corrupt(ref, ref.trn_path, "header-invalid", f"header {key} {raw.get(key)!r} is not an lsn")
+    return Header(
+        raw["seq"],
+        raw["dat_rows"],
+        raw["dat_bytes"],
+        raw["dat_sha256"],
+        raw.get("first_lsn"),
+        raw.get("last_lsn"),
+        str(raw.get("created_at")),
+    )
+
+
+def _parse_event(ref: PairRef, number: int, line: str) -> Event:
+    where = f"line {number}"
+    try:
+        raw = json.loads(line)
+    except ValueError as e:
+        raise _corrupt(ref, ref.trn_path, "event-invalid", f"{where} is not JSON: {e}") from e
+    if not isinstance(raw, dict) or raw.get("record") not in EVENT_RECORDS:
+        raise _corrupt(ref, ref.trn_path, "event-invalid", f"{where} is not a begin, commit or rollback record")
+    xid, lsn, ts = raw.get("xid"), raw.get("lsn"), raw.get("ts")
+    if not isinstance(xid, str) or not xid:
+        raise _corrupt(ref, ref.trn_path, "event-invalid", f"{where}: xid {xid!r} is not a non-empty string")
+    if not isinstance(lsn, int) or isinstance(lsn, bool):
+        raise _corrupt(ref, ref.trn_path, "event-invalid", f"{where}: lsn {lsn!r} is not an integer")
+    if not isinstance(ts, str) or not _TS_TEXT.fullmatch(ts):
+        raise _corrupt(ref, ref.trn_path, "event-invalid", f"{where}: ts {ts!r} is not ISO 8601 UTC with Z")
+    return Event(raw["record"], xid, lsn, ts)
+
+
+def read_trn(ref: PairRef) -> tuple[Header, tuple[Event, ...]]:
+    """Read and check a ``.trn`` file: header first, then events in ascending lsn order."""
+    try:
+        text = ref.trn_path.read_bytes().decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise _corrupt(ref, ref.trn_path, "header-missing", f"not UTF-8 text: {e}") from e
+    lines = text.split("\n")
+    if lines[-1] != "":
+        raise _corrupt(ref, ref.trn_path, "event-invalid", "last line is not terminated by a newline")
+    lines.pop()
+    header = _parse_header(ref, lines[0] if lines else None)
+    events: list[Event] = []
+    for number, line in enumerate(lines[1:], start=2):
+        event = _parse_event(ref, number, line)
+        if events and event.lsn <= events[-1].lsn:
+            raise InvalidChangeError(
+                ref.trn_path,
+                ref.seq,
+                "lsn-out-of-order",
+                f"line {number}: event lsn {event.lsn} is not above the previous event's lsn {events[-1].lsn}",
+            )
+        events.append(event)
+    return header, tuple(events)
+
+
+def _check_dat_identity(ref: PairRef, header: Header) -> None:
+    try:
+        size = ref.dat_path.stat().st_size
+    except FileNotFoundError as e:
+        raise _corrupt(ref, ref.dat_path, "dat-missing", "the .trn exists but the .dat does not") from e
+    if size != header.dat_bytes:
+        raise _corrupt(ref, ref.dat_path, "bytes-mismatch", f"file has {size} bytes, header says {header.dat_bytes}")
+    with open(ref.dat_path, "rb") as fh:
+        digest = hashlib.file_digest(fh, "sha256").hexdigest()
+    if digest != header.dat_sha256:
+        raise _corrupt(ref, ref.dat_path, "sha-mismatch", f"sha256 is {digest}, header says {header.dat_sha256}")
+
+
+def _read_dat(ref: PairRef, header: Header) -> tuple[pa.Table, dict[str, TableDef]]:
+    try:
+        table = pq.read_table(ref.dat_path)
+    except (pa.ArrowException, OSError) as e:
+        raise _corrupt(ref, ref.dat_path, "dat-not-parquet", f"not a readable Parquet file: {e}") from e
+    for name in DAT_COLUMNS:
+        if name not in table.column_names:
+            raise _corrupt(ref, ref.dat_path, "dat-missing-column", f"column {name!r} is missing")
+        if table.schema.field(name).type not in _ARROW_TYPES[name]:
+            raise _corrupt(
+                ref, ref.dat_path, "dat-column-type", f"column {name!r} has type {table.schema.field(name).type}"
+            )
+    extra = [n for n in table.column_names if n not in DAT_COLUMNS]
+    if extra:
+        raise _corrupt(ref, ref.dat_path, "dat-extra-column", f"columns {extra} are not in the spec")
+    metadata = table.schema.metadata or {}
+    if TABLES_METADATA_KEY not in metadata:
+        raise _corrupt(ref, ref.dat_path, "dat-no-table-metadata", "Parquet metadata has no 'cdc.tables' key")
+    try:
+        raw_tables = json.loads(metadata[TABLES_METADATA_KEY])
+        if not isinstance(raw_tables, dict):
+            raise SchemaError("cdc.tables is not a JSON object")
+    except (ValueError, SchemaError) as e:
+        raise _corrupt(ref, ref.dat_path, "dat-table-metadata-invalid", f"cdc.tables: {e}") from e
+    for name in raw_tables:
+        try:
+            check_table_name(name)
+        except SchemaError as e:
+            raise InvalidChangeError(ref.dat_path, ref.seq, "table-name-unsafe", str(e)) from e
+    try:
+        defs = {name: parse_table_def(name, raw) for name, raw in raw_tables.items()}
+    except (ValueError, SchemaError) as e:
+        raise _corrupt(ref, ref.dat_path, "dat-table-metadata-invalid", f"cdc.tables: {e}") from e
+    if table.num_rows != header.dat_rows:
+        raise _corrupt(
+            ref, ref.dat_path, "rows-mismatch", f"file has {table.num_rows} rows, header says {header.dat_rows}"
+        )
+    return table.select(list(DAT_COLUMNS)), defs
+
+
+def _check_row_columns(ref: PairRef, table: pa.Table, defs: dict[str, TableDef]) -> None:
+    for name in ("lsn", "xid", "table", "op"):
+        if table[name].null_count:
+            raise InvalidChangeError(ref.dat_path, ref.seq, "dat-null", f"column {name!r} holds a null")
+    lsn = table["lsn"]
+    if table.num_rows > 1:
+        ascending = pc.all(pc.greater(lsn.slice(1), lsn.slice(0, table.num_rows - 1))).as_py()
+        if not ascending:
+            lsns = lsn.to_pylist()
+            i = next(i for i in range(1, len(lsns)) if lsns[i] <= lsns[i - 1])
+            raise InvalidChangeError(
+                ref.dat_path, ref.seq, "lsn-out-of-order", f"row {i}: lsn {lsns[i]} follows lsn {lsns[i - 1]}"
+            )
+    bad_ops = set(pc.unique(table["op"]).to_pylist()) - OPS
+    if bad_ops:
+        raise InvalidChangeError(ref.dat_path, ref.seq, "op-invalid", f"op {sorted(bad_ops)} is not one of I U D T")
+    names = set(pc.unique(table["table"]).to_pylist())
+    for name in sorted(names - defs.keys()):
+        try:
+            check_table_name(name)
+        except SchemaError as e:
+            raise InvalidChangeError(ref.dat_path, ref.seq, "table-name-unsafe", str(e)) from e
+    undescribed = names - defs.keys()
+    if undescribed:
+        raise InvalidChangeError(
+            ref.dat_path, ref.seq, "table-undescribed", f"rows of {sorted(undescribed)} but no definition in cdc.tables"
+        )
+
+
+def _check_lsn_range(ref: PairRef, header: Header, pair: Pair) -> None:
+    actual = pair.lsn_range()
+    declared = None if header.first_lsn is None and header.last_lsn is None else (header.first_lsn, header.last_lsn)
+    if actual != declared:
+        raise _corrupt(ref, ref.trn_path, "header-lsn-mismatch", f"header lsn range {declared} but pair holds {actual}")
+
+
+def read_pair(ref: PairRef, *, check_rows: bool = True) -> Pair:
+    """Read one complete pair and refuse it if anything in it breaks the spec.
+
+    Args:
+        ref: the pair, as listed by :func:`applier.intermediate.pairs.list_pairs`.
+        check_rows: check every row image against its table definition (the
+            costly part; callers that re-read a pair already checked may skip it).
+
+    Returns:
+        The pair's header, events, table definitions and rows.
+
+    Raises:
+        IntermediateFileError: a subclass naming the file and the defect.
+    """
+    header, events = read_trn(ref)
+    _check_dat_identity(ref, header)
+    data, defs = _read_dat(ref, header)
+    _check_row_columns(ref, data, defs)
+    pair = Pair(ref, header, events, defs, data)
+    _check_lsn_range(ref, header, pair)
+    if check_rows:
+        try:
+            check_images(data, defs)
+        except ImageProblem as e:
+            raise InvalidChangeError(ref.dat_path, ref.seq, e.code, e.detail) from e
+    return pair

@@ -1,0 +1,138 @@
+"""Checks that need the pairs before: lsn continuity, transactions, schema evolution.
+
+:class:`StreamValidator` follows the stream pair by pair. It keeps which
+transactions are open (and the pair each began in, from which the restart
+position follows), which have ended, the table definitions seen so far and
+the last lsn. A pair is checked as a whole before any of its effects are
+recorded, so a refused pair leaves the validator as it was.
+
+A reader that resumes re-reads pairs from its ``restart_seq``; transactions
+that began before that pair are already settled. The validator is told up to
+which pair the stream was checked before (``trusted_through_seq``) and lets
+rows and end events of such transactions pass there, and only there.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+
+from applier.errors import IncompatibleSchemaChangeError, InvalidChangeError, TransactionSequenceError
+from applier.intermediate.reader import Pair
+from applier.intermediate.schema import TableDef, evolution_problem
+
+
+@dataclass
+class StreamState:
+    """What the validator knows after the pairs it has accepted."""
+
+    last_lsn: int | None = None
+    open_xids: dict[str, int] = field(default_factory=dict)  # xid -> seq of its begin
+    ended_xids: set[str] = field(default_factory=set)
+    tables: dict[str, TableDef] = field(default_factory=dict)
+
+
+def _merged(pair: Pair) -> Iterator[tuple[int, str, str]]:
+    """Rows and events of a pair as ``(lsn, kind, xid)`` in lsn order.
+
+    At an equal lsn a begin goes first and an end event last, so a row that
+    shares its lsn with its transaction's begin or end is read kindly.
+    """
+    rank = {"begin": 0, "row": 1, "commit": 2, "rollback": 2}
+    records = [(e.lsn, e.record, e.xid) for e in pair.events]
+    lsns, xids = pair.data["lsn"].to_pylist(), pair.data["xid"].to_pylist()
+    records.extend(zip(lsns, ["row"] * len(lsns), xids, strict=True))
+    records.sort(key=lambda r: (r[0], rank[r[1]]))
+    return iter(records)
+
+
+class StreamValidator:
+    """Checks each pair against the pairs accepted before it.
+
+    Args:
+        tables: table definitions already known (from the target or a checkpoint).
+        last_lsn: the largest lsn of the pair before the first one to be checked.
+        trusted_through_seq: pairs up to this one were checked by an earlier run.
+    """
+
+    def __init__(
+        self,
+        tables: Mapping[str, TableDef] | None = None,
+        last_lsn: int | None = None,
+        trusted_through_seq: int = 0,
+    ) -> None:
+        self.state = StreamState(last_lsn=last_lsn, tables=dict(tables or {}))
+        self.trusted_through_seq = trusted_through_seq
+
+    def check(self, pair: Pair) -> None:
+        """Check ``pair`` and, if it passes, record its effects on the stream state.
+
+        Raises:
+            InvalidChangeError: an lsn at or below the previous pair's.
+            TransactionSequenceError: a row or end without begin, a second begin
+                or end, a row after its transaction's end.
+            IncompatibleSchemaChangeError: a table definition changed other than
+                by adding nullable columns.
+        """
+        self._check_lsn(pair)
+        self._check_tables(pair)
+        open_xids, ended = self._check_transactions(pair)
+        self.state.open_xids = open_xids
+        self.state.ended_xids |= ended
+        self.state.tables.update(pair.tables)
+        lsn_range = pair.lsn_range()
+        if lsn_range is not None:
+            self.state.last_lsn = lsn_range[1]
+
+    def restart_seq(self, applied_seq: int) -> int:
+        """The first pair to re-read after ``applied_seq``: where the oldest open transaction began."""
+        return min(self.state.open_xids.values(), default=applied_seq + 1)
+
+    def _check_lsn(self, pair: Pair) -> None:
+        lsn_range = pair.lsn_range()
+        last = self.state.last_lsn
+        if lsn_range is not None and last is not None and lsn_range[0] <= last:
+            raise InvalidChangeError(
+                pair.ref.trn_path,
+                pair.seq,
+                "lsn-below-previous-pair",
+                f"lsn {lsn_range[0]} is not above lsn {last}, the largest of the pair before",
+            )
+
+    def _check_tables(self, pair: Pair) -> None:
+        for name, new in pair.tables.items():
+            old = self.state.tables.get(name)
+            problem = evolution_problem(old, new) if old is not None else None
+            if problem:
+                raise IncompatibleSchemaChangeError(
+                    pair.ref.dat_path, pair.seq, "schema-change-incompatible", f"table {name}: {problem}"
+                )
+
+    def _check_transactions(self, pair: Pair) -> tuple[dict[str, int], set[str]]:
+        open_xids = dict(self.state.open_xids)
+        ended: set[str] = set()
+        trusted = pair.seq <= self.trusted_through_seq
+        for lsn, kind, xid in _merged(pair):
+            done = xid in ended or xid in self.state.ended_xids
+            problem = None
+            if kind == "begin":
+                if xid in open_xids or done:
+                    problem = ("second-begin", "a second begin")
+                else:
+                    open_xids[xid] = pair.seq
+            elif done:
+                problem = ("row-after-end", "a row after its end") if kind == "row" else ("second-end", "a second end")
+            elif xid not in open_xids and not trusted:
+                code = "row-without-begin" if kind == "row" else "end-without-begin"
+                problem = (code, f"a {kind} without a begin")
+            elif kind != "row":
+                open_xids.pop(xid, None)
+                ended.add(xid)
+            if problem:
+                raise TransactionSequenceError(
+                    pair.ref.trn_path if kind != "row" else pair.ref.dat_path,
+                    pair.seq,
+                    problem[0],
+                    f"transaction {xid} has {problem[1]} at lsn {lsn}",
+                )
+        return open_xids, ended

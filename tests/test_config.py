@@ -1,0 +1,97 @@
+"""Configuration: one validated, frozen object; bad input named by key, value and what is allowed."""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+import pytest
+
+from applier.config import load_config
+from applier.errors import ConfigError
+
+MINIMAL = "configuration_name: prod_1\nintermediate_dir: in\noutput_dir: out\ntarget:\n  path: tgt\n"
+
+
+def _file(tmp_path: Path, text: str = MINIMAL) -> Path:
+    path = tmp_path / "conf" / "applier.yaml"
+    path.parent.mkdir(exist_ok=True)
+    path.write_text(text)
+    return path
+
+
+def test_defaults_and_paths_relative_to_the_config_file(tmp_path: Path) -> None:
+    config = load_config(_file(tmp_path))
+    assert config.configuration_name == "prod_1"
+    assert config.intermediate_dir == tmp_path / "conf" / "in"
+    assert config.target.path == tmp_path / "conf" / "tgt" and config.target.type == "delta"
+    assert config.apply.process_intermediate_size_per_job == 0
+    assert config.apply.buffer_size_for_split_records == 1048576
+    assert config.apply.max_cycles_per_run == 0
+    assert config.spark.master == "local[*]"
+    assert config.work_dir == tmp_path / "conf" / "out" / "prod_1"
+    assert config.spill_dir == config.work_dir / "tmp"
+
+
+def test_overrides_win_and_are_typed(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    config = load_config(
+        _file(tmp_path),
+        [
+            "apply.process_intermediate_size_per_job=2.5",
+            "apply.max_cycles_per_run=3",
+            "output_dir=elsewhere",
+            "spark.conf.spark.driver.memory=2g",
+        ],
+    )
+    assert config.apply.process_intermediate_size_per_job == 2.5
+    assert config.apply.cycle_limit_bytes == int(2.5 * 1024 * 1024)
+    assert config.apply.max_cycles_per_run == 3
+    assert config.output_dir == tmp_path / "elsewhere"
+    assert dict(config.spark.conf) == {"spark.driver.memory": "2g"}
+
+
+def test_the_config_is_frozen(tmp_path: Path) -> None:
+    config = load_config(_file(tmp_path))
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        config.configuration_name = "x"  # type: ignore[misc]
+
+
+@pytest.mark.parametrize(
+    ("override", "key", "says"),
+    [
+        ("configuration_name=has-dash", "configuration_name", "[A-Za-z0-9_]+"),
+        ("apply.process_intermediate_size_per_job=-1", "apply.process_intermediate_size_per_job", ">= 0"),
+        ("apply.process_intermediate_size_per_job=lots", "apply.process_intermediate_size_per_job", ">= 0"),
+        ("apply.buffer_size_for_split_records=0", "apply.buffer_size_for_split_records", ">= 1"),
+        ("apply.buffer_size_for_split_records=1.5", "apply.buffer_size_for_split_records", "whole number"),
+        ("apply.max_cycles_per_run=true", "apply.max_cycles_per_run", "whole number"),
+        ("target.type=oracle", "target.type", "one of: delta"),
+        ("apply.buffer_size=10", "apply.buffer_size", "unknown key"),
+        ("novalue", "--set", "key=value"),
+    ],
+)
+def test_a_bad_value_or_unknown_key_is_refused_naming_key_value_and_what_is_allowed(
+    tmp_path: Path, override: str, key: str, says: str
+) -> None:
+    with pytest.raises(ConfigError) as refused:
+        load_config(_file(tmp_path), [override])
+    assert refused.value.key == key
+    assert f"'{key}'" in str(refused.value) and says in str(refused.value)
+
+
+def test_a_missing_required_key_is_refused(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match=r"'output_dir'.*required"):
+        load_config(_file(tmp_path, "configuration_name: a\nintermediate_dir: in\ntarget: {path: t}\n"))
+
+
+def test_an_unreadable_or_non_mapping_file_is_refused(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="cannot be read"):
+        load_config(tmp_path / "missing.yaml")
+    with pytest.raises(ConfigError, match="YAML mapping"):
+        load_config(_file(tmp_path, "- a\n- b\n"))
+
+
+def test_the_demo_config_in_the_repository_is_valid() -> None:
+    config = load_config(Path(__file__).resolve().parents[1] / "config" / "demo.yaml")
+    assert config.configuration_name == "demo" and config.target.type == "delta"
