@@ -1,0 +1,1 @@
+"""The apply engine: buffers of open transactions, net-change compilation and the apply cycle."""
