@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 import pytest
+
 from conftest import spec_dir
 from handmade import good_first_pair
 

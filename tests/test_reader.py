@@ -309,3 +309,28 @@ def test_resuming_inside_the_stream_trusts_only_the_pairs_checked_before(tmp_pat
     with pytest.raises(IntermediateFileError) as refused:
         StreamValidator(last_lsn=15, trusted_through_seq=1).check(pair2)
     assert refused.value.code == "end-without-begin"
+
+
+def test_pairs_checked_before_keep_their_older_definitions_when_re_read(tmp_path: Path) -> None:
+    good_first_pair(tmp_path)
+    evolved = {
+        "bank.accounts": {
+            **ACCOUNTS,
+            "columns": [*ACCOUNTS["columns"], {"name": "note", "type": "string", "nullable": True}],
+        }
+    }
+    write_pair(
+        tmp_path,
+        2,
+        [row(21, "t2", "I", after={"id": 5, "owner": "e", "balance": None, "note": "n"})],
+        [event("commit", "t2", 22)],
+        tables=evolved,
+    )
+    newest = read_pair(list_pairs(tmp_path, 2).pairs[0]).tables
+    validator = StreamValidator(tables=newest, trusted_through_seq=2)
+    for ref in list_pairs(tmp_path).pairs:
+        validator.check(read_pair(ref))
+    assert validator.state.tables == newest
+    with pytest.raises(IntermediateFileError) as refused:
+        StreamValidator(tables=newest).check(read_pair(list_pairs(tmp_path).pairs[0]))
+    assert refused.value.code == "schema-change-incompatible"

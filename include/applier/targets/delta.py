@@ -1,0 +1,355 @@
+"""The Delta Lake target, written with delta-rs (the ``deltalake`` package).
+
+One Delta table per source table, at ``<root>/<schema>/<table>``.
+
+Exactly once: a cycle's changes to a table land in ONE commit that carries the
+app transaction ``(app_id, cycle_id)``. Before writing, the table's transaction
+version for ``app_id`` is read and the cycle skipped when it is already at or
+past ``cycle_id``; delta-rs itself accepts a repeated or even a lower version,
+so this check is the only guard.
+
+Schema commits: creating a table on first sight and adding nullable columns are
+commits of their own, made before the data commit and without the app
+transaction. Both are idempotent, so a crash between them and the data commit
+only means the next attempt finds the table already in shape.
+
+No-op cycles: an empty change writes nothing, and delta-rs writes no commit for
+a merge that changes no row, so ``committed_cycle`` is the last cycle that
+*changed* the table and may be lower than the last cycle applied. That is safe:
+re-applying an empty change is still empty.
+
+Every write opens the table afresh: delta-rs writes against the snapshot of the
+``DeltaTable`` it is given, and an overwrite from a stale snapshot keeps files
+added after it. The target assumes it is the only writer of its tables.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.compute as pc
+from deltalake import CommitProperties, DeltaTable, Field, Transaction, write_deltalake
+from deltalake import Schema as DeltaSchema
+from deltalake.exceptions import DeltaError
+
+from applier.engine.changes import (
+    COUNT_COLUMN,
+    TableChanges,
+    arrow_schema,
+    expand_copies,
+    remove_copies,
+    repeated_keys,
+    typed,
+)
+from applier.errors import TargetError
+from applier.intermediate.schema import SchemaError, TableDef, check_table_name
+
+log = logging.getLogger(__name__)
+
+_FAILURES = (DeltaError, pa.ArrowException, OSError)
+
+
+class DeltaTarget:
+    """Delta tables under one folder, written by one Applier configuration.
+
+    Args:
+        root: the folder holding ``<schema>/<table>`` Delta tables (``target.path``).
+        app_id: the app id of the app transactions (the configuration name).
+    """
+
+    def __init__(self, root: Path, app_id: str) -> None:
+        self.root = Path(root).resolve()
+        self.app_id = app_id
+
+    def table_path(self, table: str) -> Path:
+        """The folder of ``table``'s Delta table.
+
+        Args:
+            table: ``schema.table``.
+
+        Returns:
+            ``<root>/<schema>/<table>``, resolved.
+
+        Raises:
+            TargetError: the name is not a safe ``schema.table``, or the folder
+                resolves outside the root (through a symbolic link, say).
+        """
+        try:
+            check_table_name(table)
+        except SchemaError as e:
+            raise TargetError(f"table {table!r}: {e}") from e
+        schema_name, table_name = table.split(".", 1)
+        path = (self.root / schema_name / table_name).resolve()
+        if not path.is_relative_to(self.root) or path == self.root:
+            raise TargetError(f"table {table}: its folder {path} is outside the target folder {self.root}")
+        return path
+
+    def committed_cycle(self, table: str) -> int:
+        """The last cycle committed to ``table``: its transaction version for the app id.
+
+        Args:
+            table: ``schema.table``.
+
+        Returns:
+            The version; 0 when the table is missing or this app never wrote it.
+
+        Raises:
+            TargetError: the table cannot be read.
+        """
+        path = self.table_path(table)
+        with _target_errors(table, "reading the committed cycle"):
+            current = _open(path)
+            return 0 if current is None else current.transaction_version(self.app_id) or 0
+
+    def apply(self, cycle_id: int, changes: TableChanges) -> None:
+        """Apply one table's net changes of a cycle in one commit tagged with the cycle.
+
+        Creates the table on first sight and adds new nullable columns first
+        (commits of their own). Does nothing when the table's transaction
+        version is already ``cycle_id`` or more, or when the change is empty.
+
+        Args:
+            cycle_id: the cycle, 1 or more.
+            changes: the table's net changes; ``counted`` is None exactly when
+                the table has a primary key.
+
+        Raises:
+            TargetError: delta-rs failed (naming the table), the table's columns
+                do not match the definition, or a change deletes more copies of
+                a row value than the table holds. Nothing of the cycle was committed.
+            ValueError: ``cycle_id`` or the shape of ``changes`` is wrong (a bug of the caller).
+        """
+        if cycle_id < 1:
+            raise ValueError(f"cycle_id must be 1 or more, not {cycle_id}")
+        _check_shape(changes)
+        name = changes.table.name
+        path = self.table_path(name)
+        with _target_errors(name, f"applying cycle {cycle_id}"):
+            current = _open(path)
+            done = 0 if current is None else current.transaction_version(self.app_id) or 0
+            if done >= cycle_id:
+                log.info("table %s: cycle %d already committed (cycle %d on record); skipped", name, cycle_id, done)
+                return
+            table = _prepared(path, changes.table, current)
+            if _is_empty(changes):
+                return
+            props = CommitProperties(app_transactions=[Transaction(self.app_id, cycle_id)])
+            if changes.counted is None:
+                _apply_keyed(table, path, changes, props)
+            else:
+                _apply_counted(table, path, changes, props)
+            log.debug("table %s: cycle %d committed, net %s", name, cycle_id, changes.stats)
+
+    def read_arrow(self, table: str) -> pa.Table | None:
+        """The table's current contents.
+
+        Args:
+            table: ``schema.table``.
+
+        Returns:
+            Every row, in no particular order; None when the table is missing.
+
+        Raises:
+            TargetError: the table cannot be read.
+        """
+        path = self.table_path(table)
+        with _target_errors(table, "reading"):
+            current = _open(path)
+            return None if current is None else current.to_pyarrow_table()
+
+    def file_uris(self, table: str) -> list[str]:
+        """The Parquet files of the table's current version, for readers such as Spark.
+
+        Args:
+            table: ``schema.table``.
+
+        Returns:
+            The files' URIs; empty when the table is missing or holds no file.
+
+        Raises:
+            TargetError: the table cannot be read.
+        """
+        path = self.table_path(table)
+        with _target_errors(table, "listing files"):
+            current = _open(path)
+            return [] if current is None else list(current.file_uris())
+
+
+@contextmanager
+def _target_errors(table: str, doing: str) -> Iterator[None]:
+    """Turn delta-rs, Arrow and file-system failures into :class:`TargetError` naming the table.
+
+    Only the first line of the cause goes into the message: delta-rs appends a
+    preview of offending rows, which may hold data that does not belong in logs.
+    """
+    try:
+        yield
+    except _FAILURES as e:
+        lines = str(e).strip().splitlines()
+        raise TargetError(f"table {table}: {doing} failed: {lines[0] if lines else type(e).__name__}") from e
+
+
+def _open(path: Path) -> DeltaTable | None:
+    return DeltaTable(str(path)) if DeltaTable.is_deltatable(str(path)) else None
+
+
+def _prepared(path: Path, table_def: TableDef, current: DeltaTable | None) -> DeltaTable:
+    """The table, created or evolved to the definition's columns (``current``: as just opened)."""
+    if current is None:
+        DeltaTable.create(str(path), arrow_schema(table_def), mode="error", name=table_def.name)
+        return DeltaTable(str(path))
+    added = _added_fields(current, table_def)
+    if added:
+        current.alter.add_columns(added)
+        log.info("table %s: added columns %s", table_def.name, ", ".join(f.name for f in added))
+        current = DeltaTable(str(path))
+    return current
+
+
+def _added_fields(current: DeltaTable, table_def: TableDef) -> list[Field]:
+    """The definition's columns the table lacks; the others must match exactly."""
+    have = list(current.schema().fields)
+    want = list(DeltaSchema.from_arrow(arrow_schema(table_def)).fields)
+    if want[: len(have)] != have:
+        raise TargetError(
+            f"table {table_def.name}: the Delta table's columns ({_describe(have)}) are not the start "
+            f"of the definition's ({_describe(want)})"
+        )
+    added = want[len(have) :]
+    required = [f.name for f in added if not f.nullable]
+    if required:
+        raise TargetError(f"table {table_def.name}: cannot add non-nullable columns {required} to existing rows")
+    return added
+
+
+def _describe(fields: Sequence[Field]) -> str:
+    return ", ".join(f"{f.name} {f.type}{'' if f.nullable else ' not null'}" for f in fields)
+
+
+def _check_shape(changes: TableChanges) -> None:
+    table = changes.table
+    missing_upserts = set(table.column_names) - set(changes.upserts.column_names)
+    missing_deletes = set(table.primary_key) - set(changes.deletes.column_names)
+    if table.primary_key and (changes.counted is not None or missing_upserts or missing_deletes):
+        raise ValueError(f"table {table.name}: changes of a keyed table need upserts, deletes and no counted")
+    if not table.primary_key:
+        wanted = {*table.column_names, COUNT_COLUMN}
+        if changes.counted is None or wanted - set(changes.counted.column_names):
+            raise ValueError(f"table {table.name}: changes of a table without a key need counted")
+
+
+def _is_empty(changes: TableChanges) -> bool:
+    if changes.truncate:
+        return False
+    if changes.counted is not None:
+        return not bool(pc.any(pc.not_equal(changes.counted.column(COUNT_COLUMN), 0)).as_py())
+    return bool(changes.upserts.num_rows == 0 and changes.deletes.num_rows == 0)
+
+
+def _apply_keyed(table: DeltaTable, path: Path, changes: TableChanges, props: CommitProperties) -> None:
+    """One MERGE on the primary key, or after a truncate one overwrite with the upserts.
+
+    After a truncate every key is new, so ``deletes`` has nothing to act on.
+    """
+    schema = arrow_schema(changes.table)
+    upserts = typed(changes.upserts, schema)
+    marker = unused_name("__applier_delete", schema.names)
+    source = upserts if changes.truncate else merge_source(upserts, changes.deletes, changes.table, marker)
+    repeated = repeated_keys(source, changes.table.primary_key)
+    if repeated:
+        # A MERGE refuses a key matching an existing row twice but inserts a new key twice.
+        raise TargetError(f"table {changes.table.name}: {repeated} keys appear more than once in the changes")
+    if changes.truncate:
+        write_deltalake(str(path), upserts, mode="overwrite", commit_properties=props)
+        return
+    on = " AND ".join(f"t.{quote(k)} = s.{quote(k)}" for k in changes.table.primary_key)
+    columns = {quote(c): f"s.{quote(c)}" for c in schema.names}
+    is_delete = f"s.{quote(marker)}"
+    (
+        table.merge(source, on, source_alias="s", target_alias="t", commit_properties=props)
+        .when_matched_delete(is_delete)
+        .when_matched_update(columns, f"NOT {is_delete}")
+        .when_not_matched_insert(columns, f"NOT {is_delete}")
+        .execute()
+    )
+
+
+def _apply_counted(table: DeltaTable, path: Path, changes: TableChanges, props: CommitProperties) -> None:
+    """Insert and delete copies of row values in one commit.
+
+    Inserts alone are appended. Deletes rewrite the whole table: it is read
+    into memory, the copies removed, and the rest written back with the
+    inserts in one overwrite. Rows carry no identity, so a targeted rewrite
+    would need every deleted value spelled as a SQL literal in a predicate.
+    Measured on 2 cores, a table of a million rows of five columns: read 0.2-1.2 s,
+    remove 0.2-0.3 s, write 0.5-1 s, with the whole table in memory.
+    """
+    assert changes.counted is not None
+    name = changes.table.name
+    schema = arrow_schema(changes.table)
+    count = changes.counted.column(COUNT_COLUMN)
+    inserts = expand_copies(changes.counted.filter(pc.greater(count, 0)), schema)
+    removals = changes.counted.filter(pc.less(count, 0))
+    if changes.truncate:
+        if removals.num_rows:
+            raise TargetError(f"table {name}: deletes {removals.num_rows} row values after emptying the table")
+        write_deltalake(str(path), inserts, mode="overwrite", commit_properties=props)
+    elif removals.num_rows == 0:
+        write_deltalake(str(path), inserts, mode="append", commit_properties=props)
+    else:
+        current = typed(table.to_pyarrow_table(), schema)
+        try:
+            kept = remove_copies(current, removals)
+        except ValueError as e:
+            raise TargetError(f"table {name}: {e}") from e
+        write_deltalake(str(path), pa.concat_tables([kept, inserts]), mode="overwrite", commit_properties=props)
+
+
+# Pure transformations: Arrow in, Arrow out.
+
+
+def quote(name: str) -> str:
+    """A column name as a delta-rs (DataFusion) SQL identifier: backticks, inner backticks doubled."""
+    return "`" + name.replace("`", "``") + "`"
+
+
+def unused_name(base: str, taken: Sequence[str]) -> str:
+    """``base``, prefixed with underscores until no name in ``taken`` equals it."""
+    while base in taken:
+        base = f"_{base}"
+    return base
+
+
+def merge_source(upserts: pa.Table, deletes: pa.Table, table_def: TableDef, marker: str) -> pa.Table:
+    """One MERGE source: the upserts, then the deletes, told apart by a boolean ``marker`` column.
+
+    Delete rows carry only their key; their other columns are null, so every
+    column of the source is nullable.
+
+    Args:
+        upserts: all columns of the rows to insert or update.
+        deletes: the key columns of the rows to delete.
+        table_def: the table's definition.
+        marker: the name of the marker column (not a column of the table).
+
+    Returns:
+        The table's columns plus ``marker`` (true for a delete).
+    """
+    schema = arrow_schema(table_def)
+    upserts = typed(upserts, schema)
+    loose = upserts.schema.append(pa.field(marker, pa.bool_(), nullable=False))
+    upsert_columns = [*upserts.columns, pa.repeat(False, upserts.num_rows)]
+    n = deletes.num_rows
+    delete_columns = [
+        deletes.column(f.name).cast(f.type) if f.name in table_def.primary_key else pa.nulls(n, f.type) for f in schema
+    ]
+    return pa.concat_tables(
+        [
+            pa.Table.from_arrays(upsert_columns, schema=loose),
+            pa.Table.from_arrays([*delete_columns, pa.repeat(True, n)], schema=loose),
+        ]
+    )
