@@ -109,3 +109,20 @@ def test_the_writer_refuses_lsns_that_do_not_increase(tmp_path: Path) -> None:
     w.begin("a", 5, T0)
     with pytest.raises(ValueError, match="lsn 5"):
         w.commit("a", 5, T0)
+
+
+def test_pairs_after_the_first_come_close_to_the_size_limit_despite_compression(tmp_path: Path) -> None:
+    limit = 200_000
+    lsn = 0
+    with IntermediateWriter(tmp_path, max_file_size_bytes=limit) as w:
+        w.define_table(ITEMS)
+        for t in range(3000):
+            w.begin(f"t{t}", lsn := lsn + 1, T0)
+            w.row(
+                lsn := lsn + 1, f"t{t}", "shop.items", "I", None, {"id": t, "name": f"item {t % 97}", "price": "1.00"}
+            )
+            w.commit(f"t{t}", lsn := lsn + 1, T0)
+    sizes = [p.size for p in list_pairs(tmp_path).pairs]
+    assert len(sizes) >= 3
+    assert all(s <= 1.3 * limit for s in sizes)
+    assert all(s >= 0.5 * limit for s in sizes[1:-1]), sizes

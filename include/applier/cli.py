@@ -70,7 +70,24 @@ def _build_parser() -> argparse.ArgumentParser:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     _add_config_args(plan)
-    plan.add_argument("--applied-seq", type=int, default=0, help="plan after this pair (default 0: from the start)")
+    plan.add_argument("--applied-seq", type=int, help="plan after this pair (default: the checkpoint's)")
+
+    run = commands.add_parser(
+        "run",
+        help="one Applier run: apply cycles until caught up or the cycle limit",
+        epilog=EXIT_CODES_HELP,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    _add_config_args(run)
+    run.add_argument("--max-cycles", type=int, help="cycles for this run (default: apply.max_cycles_per_run)")
+
+    status = commands.add_parser(
+        "status",
+        help="applied and restart positions, backlog, open transactions, spill files, last cycle",
+        epilog=EXIT_CODES_HELP,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    _add_config_args(status)
     return parser
 
 
@@ -79,7 +96,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = _build_parser().parse_args(argv)
     from applier import commands  # deferred: keeps --help fast
 
-    handlers = {"generate": commands.generate, "check": commands.check, "plan": commands.plan}
+    handlers = {
+        "generate": commands.generate,
+        "check": commands.check,
+        "plan": commands.plan,
+        "run": commands.run,
+        "status": commands.status,
+    }
     try:
         return handlers[args.command](args)
     except ApplierError as e:

@@ -14,6 +14,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from applier.config import load_config
+from applier.engine.checkpoint import CheckpointStore
 from applier.errors import UsageError
 from applier.intermediate.pairs import MIB, list_pairs
 from applier.intermediate.scan import scan_directory
@@ -65,7 +66,15 @@ def generate(args: argparse.Namespace) -> int:
             profile=args.profile,
             progress=progress,
         )
-    print(summary.describe())
+    s = summary
+    print(
+        f"wrote {s.pairs} pairs ({s.bytes / MIB:.2f} MiB) to {s.out_dir}: profile {s.profile}, seed {s.seed}, "
+        f"{s.rows} rows in {s.transactions} transactions ({s.committed} committed, {s.rolled_back} rolled back, "
+        f"{s.left_open} left open)"
+    )
+    print("  rows per table: " + ", ".join(f"{t} {n}" for t, n in sorted(s.rows_per_table.items())))
+    print("  rows per op: " + ", ".join(f"{op} {n}" for op, n in sorted(s.rows_per_op.items())))
+    print("  features: " + ", ".join(s.features))
     return 0
 
 
@@ -87,13 +96,58 @@ def check(args: argparse.Namespace) -> int:
 def plan(args: argparse.Namespace) -> int:
     """``applier plan``: show the cycles the backlog makes."""
     config = load_config(args.config, args.overrides)
-    listing = list_pairs(config.intermediate_dir, args.applied_seq + 1)
-    cycles = plan_backlog(listing.pairs, args.applied_seq, config.apply.cycle_limit_bytes)
+    applied = args.applied_seq if args.applied_seq is not None else CheckpointStore(config.work_dir).load().applied_seq
+    listing = list_pairs(config.intermediate_dir, applied + 1)
+    cycles = plan_backlog(listing.pairs, applied, config.apply.cycle_limit_bytes)
     limit = config.apply.process_intermediate_size_per_job
-    print(f"{len(cycles)} cycles after pair {args.applied_seq} (limit {limit or 'none'} MiB per cycle)")
+    print(f"{len(cycles)} cycles after pair {applied} (limit {limit or 'none'} MiB per cycle)")
     for number, cycle in enumerate(cycles, start=1):
         print(f"  cycle {number}: pairs {cycle.seqs[0]}..{cycle.seqs[-1]} ({cycle.bytes / MIB:.2f} MiB)")
     gap = listing.gap_error()
     if gap is not None:
         _err.print(f"[yellow]stops before a gap:[/] {gap.detail}")
+    return 0
+
+
+def run(args: argparse.Namespace) -> int:
+    """``applier run``: apply cycles until caught up or the cycle limit."""
+    import logging
+
+    from applier.engine.api import run_applier
+
+    config = load_config(args.config, args.overrides)
+    if args.max_cycles is not None and args.max_cycles < 0:
+        raise UsageError(f"--max-cycles {args.max_cycles} must be 0 (until caught up) or more")
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    summary = run_applier(config, max_cycles=args.max_cycles)
+    cp = summary.checkpoint
+    print(
+        f"{len(summary.reports)} cycles; applied through pair {cp.applied_seq} "
+        f"(commit lsn {cp.applied_commit_lsn}), restart at pair {cp.restart_seq}"
+    )
+    return 0
+
+
+def status(args: argparse.Namespace) -> int:
+    """``applier status``: where the Applier stands."""
+    from applier.engine.status import age, read_status
+
+    config = load_config(args.config, args.overrides)
+    s = read_status(config)
+    cp = s.checkpoint
+    print(f"configuration {config.configuration_name}: cycle {cp.cycle_id}, committed {age(cp.committed_at)}")
+    print(f"applied seq {cp.applied_seq} (commit lsn {cp.applied_commit_lsn}), restart seq {cp.restart_seq}")
+    print(
+        f"backlog: {s.backlog_pairs} pairs, {s.backlog_bytes / MIB:.2f} MiB"
+        + (f"; stops at a gap: {s.gap}" if s.gap else "")
+    )
+    print(f"open transactions: {len(s.open_transactions)}")
+    for t in s.open_transactions:
+        where = "spilled" if t.spilled else "in memory"
+        print(f"  {t.xid}: {t.rows} rows, {t.bytes} bytes, began in pair {t.began_seq} {age(t.began_at)}, {where}")
+    print(f"spill files: {len(s.spill_files)}")
+    for name, size in s.spill_files:
+        print(f"  {name}: {size} bytes")
+    if s.last_cycle:
+        print(f"last cycle: {s.last_cycle['cycle_id']} pairs {s.last_cycle['seqs']} seconds {s.last_cycle['seconds']}")
     return 0

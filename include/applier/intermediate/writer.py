@@ -42,9 +42,12 @@ def utc_text(moment: dt.datetime) -> str:
     return moment.astimezone(dt.UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
+_IMAGE_ENCODER = json.JSONEncoder(ensure_ascii=False, allow_nan=False)
+
+
 def encode_image(image: dict[str, Any] | None) -> str | None:
     """A row image as the spec's JSON object text (NaN and infinities already as strings)."""
-    return None if image is None else json.dumps(image, ensure_ascii=False, allow_nan=False)
+    return None if image is None else _IMAGE_ENCODER.encode(image)
 
 
 def _fsync_write(path: Path, data: bytes) -> None:
@@ -58,7 +61,8 @@ class IntermediateWriter:
     """Writes a change stream as consecutive intermediate-file pairs.
 
     Calls must come in ascending lsn order, as a log reader produces them. A
-    pair is closed when its estimated size reaches ``max_file_size_bytes`` at a
+    pair is closed when its estimated written size (text size times the compression
+    ratio of the pairs written so far) reaches ``max_file_size_bytes`` at a
     point where no transaction that began in it is still without rows (so each
     ``begin`` stays in the pair of its first row), or when a table's definition
     changes while the pair holds rows of that table, or on :meth:`close`.
@@ -90,6 +94,9 @@ class IntermediateWriter:
         self._on_pair = on_pair
         self._defs: dict[str, TableDef] = {}
         self._last_lsn: int | None = None
+        # Written bytes per estimated byte, learnt from each pair written (compression
+        # makes a pair smaller than its text); starts at 1 so the first pair is never too big.
+        self._size_ratio = 1.0
         self._reset_pair()
 
     def _reset_pair(self) -> None:
@@ -110,7 +117,7 @@ class IntermediateWriter:
     def _advance(self, lsn: int) -> None:
         if self._last_lsn is not None and lsn <= self._last_lsn:
             raise ValueError(f"lsn {lsn} is not above the previous lsn {self._last_lsn}")
-        if self._estimate >= self.max_file_size_bytes and not self._begun_without_rows:
+        if self._estimate * self._size_ratio >= self.max_file_size_bytes and not self._begun_without_rows:
             self._flush()
         self._last_lsn = lsn
         if self._first_lsn is None:
@@ -203,6 +210,8 @@ class IntermediateWriter:
             os.fsync(dir_fd)
         finally:
             os.close(dir_fd)
+        if self._estimate >= 64 * 1024:  # small pairs are dominated by fixed overhead
+            self._size_ratio = (len(dat_bytes) + len(trn_text)) / self._estimate
         self.next_seq += 1
         self._reset_pair()
         if self._on_pair:
