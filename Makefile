@@ -24,6 +24,8 @@ demo: setup
 	applier generate --out var/demo/intermediate --seed 1
 	applier check var/demo/intermediate
 	applier plan --config config/demo.yaml
+	applier run --config config/demo.yaml
+	applier status --config config/demo.yaml
 
 lint: setup
 	ruff check .

@@ -1,0 +1,78 @@
+"""The cycle report: one JSON line per cycle in ``cycles.jsonl`` and one log line.
+
+Operators read the log line; tools and the Airflow tasks read the JSON.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+log = logging.getLogger("applier")
+
+
+@dataclass
+class CycleReport:
+    """What one apply cycle did."""
+
+    cycle_id: int
+    seqs: list[int]
+    bytes: int = 0
+    rows_read: int = 0
+    committed: int = 0
+    rolled_back: int = 0
+    open: int = 0
+    net_rows: dict[str, dict[str, int]] = field(default_factory=dict)
+    log_order_segments: list[str] = field(default_factory=list)
+    spill_created: list[dict[str, Any]] = field(default_factory=list)
+    spill_removed: list[dict[str, Any]] = field(default_factory=list)
+    skipped_tables: list[str] = field(default_factory=list)
+    seconds: dict[str, float] = field(default_factory=dict)
+    applied_seq: int = 0
+    restart_seq: int = 0
+
+    @contextmanager
+    def phase(self, name: str) -> Iterator[None]:
+        """Time a phase of the cycle into ``seconds[name]``."""
+        start = time.perf_counter()
+        try:
+            yield
+        finally:
+            self.seconds[name] = round(self.seconds.get(name, 0.0) + time.perf_counter() - start, 3)
+
+    def log_line(self) -> str:
+        """One readable line with the cycle's figures."""
+        net = sum(sum(ops.values()) for ops in self.net_rows.values())
+        first, last = (self.seqs[0], self.seqs[-1]) if self.seqs else (0, 0)
+        return (
+            f"cycle {self.cycle_id}: pairs {first}..{last} ({self.bytes / 1048576:.2f} MiB), "
+            f"{self.rows_read} rows read, {self.committed} committed, {self.rolled_back} rolled back, "
+            f"{self.open} open, {net} net rows to {len(self.net_rows)} tables, "
+            f"{len(self.spill_created)} spilled, {sum(self.seconds.values()):.2f}s"
+        )
+
+
+def append_report(path: Path, report: CycleReport) -> None:
+    """Append the cycle's JSON line and log its readable line."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "a", encoding="utf-8") as fh:
+        fh.write(json.dumps(asdict(report), sort_keys=True) + "\n")
+    log.info(report.log_line())
+
+
+def last_report(path: Path) -> dict[str, Any] | None:
+    """The last cycle's JSON line, if any."""
+    if not path.exists():
+        return None
+    last = None
+    with open(path, encoding="utf-8") as fh:
+        for line in fh:
+            if line.strip():
+                last = line
+    return json.loads(last) if last else None

@@ -1,0 +1,203 @@
+"""One Applier run: rebuild open transactions, then apply cycles until caught up.
+
+The order of the steps is what makes a cycle exactly-once:
+
+1. read and check the cycle's pairs (nothing is written yet);
+2. record the intent (which pairs this cycle is) before the target is touched;
+3. apply each table's net changes, one target commit per table tagged with the
+   cycle, skipping tables that already carry it (a restart after a crash);
+4. write the checkpoint, which clears the intent;
+5. remove the spill files of the committed transactions and report.
+
+A crash before 2 leaves nothing; between 2 and 4 the restart re-runs the same
+pairs and the tables that have the cycle skip it; after 4 the next cycle begins.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from applier.config import Config
+from applier.engine.buffers import TransactionBuffers
+from applier.engine.checkpoint import Checkpoint, CheckpointStore, Intent
+from applier.engine.reading import CycleInput, buffer_open_rows, read_cycle
+from applier.engine.report import CycleReport, append_report
+from applier.engine.sparkapply import apply_committed
+from applier.errors import IntermediateFileError
+from applier.intermediate.pairs import PairRef, list_pairs
+from applier.intermediate.stream import StreamValidator
+from applier.planner import plan_cycle
+from applier.targets import Target
+
+log = logging.getLogger("applier")
+
+
+@dataclass
+class RunSummary:
+    """What a run did: its cycle reports and where it stopped."""
+
+    reports: list[CycleReport] = field(default_factory=list)
+    checkpoint: Checkpoint = field(default_factory=Checkpoint)
+    leftover_spills_removed: list[str] = field(default_factory=list)
+
+
+class Applier:
+    """Runs apply cycles for one configuration against one target.
+
+    Args:
+        config: the validated configuration.
+        spark: the Spark session the cycles run in.
+        target: where changes are applied.
+    """
+
+    def __init__(self, config: Config, spark: Any, target: Target) -> None:
+        self.config = config
+        self.spark = spark
+        self.target = target
+        self.store = CheckpointStore(config.work_dir)
+        self.buffers = TransactionBuffers(
+            config.spill_dir, config.configuration_name, config.apply.buffer_size_for_split_records
+        )
+        self.report_path = config.work_dir / "cycles.jsonl"
+
+    def run(self, max_cycles: int = 0, on_cycle: Callable[[CycleReport], None] | None = None) -> RunSummary:
+        """Apply cycles until caught up, or ``max_cycles`` cycles (0: no limit).
+
+        Raises:
+            IntermediateFileError: a refused pair, after everything before it
+                was applied and checkpointed.
+            TargetError: the target failed; the cycle was not checkpointed.
+        """
+        summary = RunSummary(leftover_spills_removed=self.buffers.clear_leftovers())
+        try:
+            checkpoint = self.store.load()
+            validator = self._rebuild(checkpoint)
+            while not max_cycles or len(summary.reports) < max_cycles:
+                cycle = self._next_cycle(checkpoint, validator)
+                if cycle is None:
+                    break
+                checkpoint, report = self._apply_cycle(checkpoint, validator, cycle)
+                summary.reports.append(report)
+                if on_cycle:
+                    on_cycle(report)
+                if cycle.refused is not None:
+                    raise cycle.refused
+        finally:
+            # Open transactions are rebuilt by re-reading at the next start; their
+            # spill files would be deleted then anyway, so none outlives the run.
+            self.buffers.close()
+        summary.checkpoint = checkpoint
+        return summary
+
+    def _rebuild(self, checkpoint: Checkpoint) -> StreamValidator:
+        """Re-read ``restart_seq .. applied_seq`` to put open transactions back in the buffers."""
+        rereading = checkpoint.restart_seq <= checkpoint.applied_seq
+        validator = StreamValidator(
+            tables=checkpoint.tables,
+            last_lsn=None if rereading else checkpoint.last_lsn,
+            trusted_through_seq=checkpoint.applied_seq,
+        )
+        if not rereading:
+            return validator
+        listing = list_pairs(self.config.intermediate_dir, checkpoint.restart_seq)
+        window = [p for p in listing.pairs if p.seq <= checkpoint.applied_seq]
+        if len(window) != checkpoint.applied_seq - checkpoint.restart_seq + 1:
+            gap = listing.gap_error()
+            raise gap if gap is not None else _missing(checkpoint.restart_seq + len(window), self.config)
+        reread = read_cycle(window, validator, check_rows=False)
+        if reread.refused is not None:
+            raise reread.refused
+        buffer_open_rows(reread, set(validator.state.open_xids), self.buffers)
+        log.info(
+            "rebuilt %d open transactions from pairs %d..%d",
+            len(validator.state.open_xids),
+            checkpoint.restart_seq,
+            checkpoint.applied_seq,
+        )
+        return validator
+
+    def _next_cycle(self, checkpoint: Checkpoint, validator: StreamValidator) -> CycleInput | None:
+        """Read the next cycle's pairs: the recorded intent's, or newly planned ones."""
+        listing = list_pairs(self.config.intermediate_dir, checkpoint.applied_seq + 1)
+        intent = self.store.load_intent()
+        if intent is not None and intent.cycle_id == checkpoint.cycle_id + 1:
+            refs = _pairs_of_intent(listing.pairs, intent, self.config)
+        else:
+            refs = list(plan_cycle(listing.pairs, checkpoint.applied_seq, self.config.apply.cycle_limit_bytes).pairs)
+        if not refs:
+            gap = listing.gap_error()
+            if gap is not None:
+                raise gap
+            return None
+        cycle = read_cycle(refs, validator)
+        if not cycle.pairs:
+            assert cycle.refused is not None
+            raise cycle.refused
+        return cycle
+
+    def _apply_cycle(
+        self, checkpoint: Checkpoint, validator: StreamValidator, cycle: CycleInput
+    ) -> tuple[Checkpoint, CycleReport]:
+        cycle_id = checkpoint.cycle_id + 1
+        report = CycleReport(cycle_id=cycle_id, seqs=[p.seq for p in cycle.pairs], bytes=cycle.bytes)
+        report.rows_read, report.committed, report.rolled_back = (
+            cycle.rows_read,
+            len(cycle.commits),
+            len(cycle.rollbacks),
+        )
+        with report.phase("buffer"):
+            still_open = set(validator.state.open_xids)
+            buffer_open_rows(cycle, still_open, self.buffers)
+            for xid in cycle.rollbacks:
+                self.buffers.discard(xid)
+            taken = {xid: t for xid in cycle.commits if (t := self.buffers.take(xid)) is not None}
+        self.store.save_intent(Intent(cycle_id, report.seqs))
+        changed = apply_committed(self.spark, self.target, cycle_id, cycle, taken, validator.state.tables, report)
+        counts = dict(checkpoint.row_counts)
+        for table, (truncated, delta) in changed.items():
+            counts[table] = (0 if truncated else counts.get(table, 0)) + delta
+        with report.phase("checkpoint"):
+            applied_seq = report.seqs[-1]
+            checkpoint = self.store.save(
+                replace(
+                    checkpoint,
+                    cycle_id=cycle_id,
+                    applied_seq=applied_seq,
+                    applied_commit_lsn=max(cycle.commits.values(), default=checkpoint.applied_commit_lsn),
+                    restart_seq=validator.restart_seq(applied_seq),
+                    last_lsn=validator.state.last_lsn,
+                    tables=dict(validator.state.tables),
+                    row_counts=counts,
+                )
+            )
+            for xid in taken:
+                self.buffers.release(xid)
+        report.open, report.applied_seq, report.restart_seq = len(still_open), applied_seq, checkpoint.restart_seq
+        for kind, name, size in self.buffers.drain_spill_events():
+            (report.spill_created if kind == "created" else report.spill_removed).append({"file": name, "bytes": size})
+        append_report(self.report_path, report)
+        return checkpoint, report
+
+
+def _pairs_of_intent(available: tuple[PairRef, ...], intent: Intent, config: Config) -> list[PairRef]:
+    by_seq = {p.seq: p for p in available}
+    missing = [s for s in intent.seqs if s not in by_seq]
+    if missing:
+        raise _missing(missing[0], config)
+    return [by_seq[s] for s in intent.seqs]
+
+
+def _missing(seq: int, config: Config) -> IntermediateFileError:
+    from applier.errors import GapError
+    from applier.intermediate.pairs import pair_name
+
+    name = pair_name(seq)
+    return GapError(
+        config.intermediate_dir / name,
+        seq,
+        "pair-missing",
+        f"pair {name} is needed to resume (restart or unfinished cycle) but is not there",
+    )

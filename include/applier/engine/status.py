@@ -1,0 +1,93 @@
+"""``applier status``: where an Applier stands, read from its files without Spark.
+
+Open transactions are found the way a restart finds them: by re-reading the
+pairs from the checkpoint's ``restart_seq``.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any
+
+import pyarrow.parquet as pq
+
+from applier.config import Config
+from applier.engine.checkpoint import Checkpoint, CheckpointStore
+from applier.engine.reading import read_cycle
+from applier.engine.report import last_report
+from applier.intermediate.pairs import list_pairs
+from applier.intermediate.stream import StreamValidator
+
+
+@dataclass
+class OpenTxnStatus:
+    xid: str
+    rows: int
+    bytes: int
+    began_seq: int
+    began_at: str | None
+    spilled: bool
+
+
+@dataclass
+class Status:
+    checkpoint: Checkpoint
+    backlog_pairs: int
+    backlog_bytes: int
+    gap: str | None
+    open_transactions: list[OpenTxnStatus] = field(default_factory=list)
+    spill_files: list[tuple[str, int]] = field(default_factory=list)
+    last_cycle: dict[str, Any] | None = None
+
+
+def _open_transactions(config: Config, checkpoint: Checkpoint) -> list[OpenTxnStatus]:
+    listing = list_pairs(config.intermediate_dir, checkpoint.restart_seq)
+    window = [p for p in listing.pairs if p.seq <= checkpoint.applied_seq]
+    validator = StreamValidator(tables=checkpoint.tables, trusted_through_seq=checkpoint.applied_seq)
+    read = read_cycle(window, validator, check_rows=False)
+    if read.refused is not None:
+        raise read.refused
+    open_xids = validator.state.open_xids
+    rows: Counter[str] = Counter()
+    sizes: Counter[str] = Counter()
+    for ref in read.pairs:
+        if not read.xids_by_seq.get(ref.seq, set()) & open_xids.keys():
+            continue
+        data = pq.read_table(ref.dat_path, columns=["xid", "before", "after"])
+        for xid, before, after in zip(*(data[c].to_pylist() for c in ("xid", "before", "after")), strict=True):
+            if xid in open_xids:
+                rows[xid] += 1
+                sizes[xid] += len(before or "") + len(after or "")
+    limit = config.apply.buffer_size_for_split_records
+    return [
+        OpenTxnStatus(x, rows[x], sizes[x], s, read.begun_at.get(x), sizes[x] > limit)
+        for x, s in sorted(open_xids.items())
+    ]
+
+
+def read_status(config: Config) -> Status:
+    """Read the checkpoint, backlog, open transactions, spill files and last cycle."""
+    checkpoint = CheckpointStore(config.work_dir).load()
+    listing = list_pairs(config.intermediate_dir, checkpoint.applied_seq + 1)
+    gap = listing.gap_error()
+    spills = sorted(config.spill_dir.glob("*.spill")) if config.spill_dir.exists() else []
+    return Status(
+        checkpoint=checkpoint,
+        backlog_pairs=len(listing.pairs),
+        backlog_bytes=sum(p.size for p in listing.pairs),
+        gap=gap.detail if gap else None,
+        open_transactions=_open_transactions(config, checkpoint) if checkpoint.applied_seq else [],
+        spill_files=[(p.name, p.stat().st_size) for p in spills],
+        last_cycle=last_report(config.work_dir / "cycles.jsonl"),
+    )
+
+
+def age(moment: str | None) -> str:
+    """How long ago an ISO 8601 moment was, for people ("never" for None)."""
+    if not moment:
+        return "never"
+    then = dt.datetime.fromisoformat(moment.replace("Z", "+00:00"))
+    seconds = (dt.datetime.now(dt.UTC) - then).total_seconds()
+    return f"{seconds:.0f}s ago"

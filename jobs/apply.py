@@ -1,0 +1,38 @@
+"""spark-submit entry point for one Applier run.
+
+    spark-submit jobs/apply.py --config FILE [--set KEY=VALUE]... [--max-cycles N]
+
+Parses arguments, builds the configuration, runs the cycles in this Spark
+application and exits with the Applier's exit code (0, 2, 3 or 4).
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+
+from applier.config import load_config
+from applier.engine.api import run_applier
+from applier.errors import ApplierError
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="jobs/apply.py", description=__doc__)
+    parser.add_argument("--config", required=True)
+    parser.add_argument("--set", dest="overrides", action="append", default=[])
+    parser.add_argument("--max-cycles", type=int)
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    try:
+        config = load_config(args.config, args.overrides)
+        summary = run_applier(config, max_cycles=args.max_cycles, set_master=False)
+    except ApplierError as e:
+        print(f"applier: error: {e}", file=sys.stderr)
+        return e.exit_code
+    logging.getLogger("applier").info("run done: %d cycles", len(summary.reports))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

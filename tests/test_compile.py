@@ -1,0 +1,496 @@
+"""Net-change compilation on small explicit inputs, compared with explicit expected rows."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import math
+from decimal import Decimal
+from typing import Any
+
+import pyarrow as pa
+import pytest
+
+from applier.engine.compile import committed_rows, compile_table
+from applier.engine.images_spark import parse_image, spark_type
+from applier.intermediate.schema import Column, TableDef
+
+pytestmark = pytest.mark.spark
+
+COMMITTED_DDL = "lsn long, xid string, `table` string, op string, before string, after string, commit_lsn long"
+ACCOUNTS = TableDef(
+    "bank.accounts",
+    (Column("id", "bigint", False), Column("owner", "string", True), Column("balance", "decimal(10,2)", True)),
+    ("id",),
+)
+LEDGER = TableDef("bank.ledger", (Column("entry", "string", True), Column("amount", "decimal(10,2)", True)), ())
+UTC = dt.UTC
+
+
+def change(lsn: int, op: str, before: Any = None, after: Any = None, commit: int | None = None, xid: str = "") -> tuple:
+    """One committed row (images as dicts); by default its own transaction, committed right after it."""
+    commit_lsn = lsn + 1 if commit is None else commit
+    return (lsn, xid or f"x{commit_lsn}", "t.t", op, _json(before), _json(after), commit_lsn)
+
+
+def _json(image: dict[str, Any] | None) -> str | None:
+    return None if image is None else json.dumps(image)
+
+
+def account(id_: int, owner: str, balance: str) -> dict[str, Any]:
+    return {"id": id_, "owner": owner, "balance": balance}
+
+
+def compiled(spark: Any, table: TableDef, changes: list[tuple]) -> Any:
+    return compile_table(spark.createDataFrame(changes, COMMITTED_DDL), table)
+
+
+def rows_of(table: pa.Table, *sort_keys: str) -> list[dict[str, Any]]:
+    return table.sort_by([(k, "ascending") for k in sort_keys]).to_pylist() if sort_keys else table.to_pylist()
+
+
+# --------------------------------------------------------------------------- committed_rows
+
+
+def test_committed_rows_keeps_committed_xids_with_their_commit_lsn(spark: Any) -> None:
+    dat = spark.createDataFrame(
+        [
+            (10, "a", "s.t", "I", None, '{"id": 1}'),
+            (11, "b", "s.t", "I", None, '{"id": 2}'),
+            (12, "c", "s.t", "D", '{"id": 3}', None),
+            (13, "a", "s.u", "T", None, None),
+        ],
+        "lsn long, xid string, `table` string, op string, before string, after string",
+    )
+    commits = spark.createDataFrame([("a", 40), ("c", 30)], "xid string, commit_lsn long")
+
+    result = committed_rows(dat, commits)
+
+    assert result.columns == ["lsn", "xid", "table", "op", "before", "after", "commit_lsn"]
+    assert sorted(tuple(r) for r in result.collect()) == [
+        (10, "a", "s.t", "I", None, '{"id": 1}', 40),
+        (12, "c", "s.t", "D", '{"id": 3}', None, 30),
+        (13, "a", "s.u", "T", None, None, 40),
+    ]
+
+
+# --------------------------------------------------------------------------- tables with a primary key
+
+
+def test_insert_then_update_is_one_insert_of_the_final_image(spark: Any) -> None:
+    changes = compiled(
+        spark,
+        ACCOUNTS,
+        [
+            change(10, "I", after=account(1, "ann", "1.00")),
+            change(20, "U", before={"id": 1}, after=account(1, "ann", "2.50")),
+        ],
+    )
+
+    assert rows_of(changes.upserts) == [{"id": 1, "owner": "ann", "balance": Decimal("2.50")}]
+    assert changes.deletes.num_rows == 0
+    assert changes.stats == {"I": 1, "U": 0, "D": 0, "T": 0}
+    assert changes.truncate is False
+    assert changes.counted is None
+    assert changes.upserts.schema.types == [pa.int64(), pa.string(), pa.decimal128(10, 2)]
+    assert changes.deletes.schema.names == ["id"]
+    assert changes.deletes.schema.types == [pa.int64()]
+
+
+def test_update_then_update_is_an_update_of_the_final_image(spark: Any) -> None:
+    changes = compiled(
+        spark,
+        ACCOUNTS,
+        [
+            change(10, "U", before=account(1, "ann", "1.00"), after=account(1, "ann", "2.00")),
+            change(20, "U", before={"id": 1}, after=account(1, "bob", "3.00")),
+        ],
+    )
+
+    assert rows_of(changes.upserts) == [{"id": 1, "owner": "bob", "balance": Decimal("3.00")}]
+    assert changes.stats == {"I": 0, "U": 1, "D": 0, "T": 0}
+
+
+def test_update_then_delete_is_a_delete_of_the_key(spark: Any) -> None:
+    changes = compiled(
+        spark,
+        ACCOUNTS,
+        [
+            change(10, "U", before={"id": 7}, after=account(7, "ann", "2.00")),
+            change(20, "D", before={"id": 7}),
+        ],
+    )
+
+    assert changes.upserts.num_rows == 0
+    assert rows_of(changes.deletes) == [{"id": 7}]
+    assert changes.stats == {"I": 0, "U": 0, "D": 1, "T": 0}
+
+
+def test_insert_then_delete_leaves_nothing(spark: Any) -> None:
+    changes = compiled(
+        spark, ACCOUNTS, [change(10, "I", after=account(1, "ann", "1.00")), change(20, "D", before={"id": 1})]
+    )
+
+    assert changes.upserts.num_rows == 0
+    assert changes.deletes.num_rows == 0
+    assert changes.stats == {"I": 0, "U": 0, "D": 0, "T": 0}
+
+
+def test_delete_then_insert_is_an_update_with_the_final_image(spark: Any) -> None:
+    changes = compiled(
+        spark, ACCOUNTS, [change(10, "D", before={"id": 1}), change(20, "I", after=account(1, "new", "9.99"))]
+    )
+
+    assert rows_of(changes.upserts) == [{"id": 1, "owner": "new", "balance": Decimal("9.99")}]
+    assert changes.deletes.num_rows == 0
+    assert changes.stats == {"I": 0, "U": 1, "D": 0, "T": 0}
+
+
+def test_key_move_deletes_the_old_key_and_inserts_the_new_one(spark: Any) -> None:
+    changes = compiled(spark, ACCOUNTS, [change(10, "U", before={"id": 1}, after=account(2, "ann", "1.00"))])
+
+    assert rows_of(changes.upserts) == [{"id": 2, "owner": "ann", "balance": Decimal("1.00")}]
+    assert rows_of(changes.deletes) == [{"id": 1}]
+    assert changes.stats == {"I": 1, "U": 0, "D": 1, "T": 0}
+
+
+def test_key_move_onto_a_key_deleted_earlier_updates_that_key(spark: Any) -> None:
+    changes = compiled(
+        spark,
+        ACCOUNTS,
+        [
+            change(10, "D", before={"id": 2}),
+            change(20, "U", before={"id": 1}, after=account(2, "ann", "5.00")),
+        ],
+    )
+
+    assert rows_of(changes.upserts) == [{"id": 2, "owner": "ann", "balance": Decimal("5.00")}]
+    assert rows_of(changes.deletes) == [{"id": 1}]
+    assert changes.stats == {"I": 0, "U": 1, "D": 1, "T": 0}
+
+
+def test_composite_key_matches_on_every_key_column(spark: Any) -> None:
+    stock = TableDef(
+        "shop.stock",
+        (Column("region", "string", False), Column("item", "int", False), Column("qty", "int", True)),
+        ("region", "item"),
+    )
+    changes = compiled(
+        spark,
+        stock,
+        [
+            change(10, "I", after={"region": "eu", "item": 1, "qty": 5}),
+            change(20, "I", after={"region": "us", "item": 1, "qty": 6}),
+            change(30, "D", before={"region": "eu", "item": 1}),
+            change(40, "U", before={"region": "eu", "item": 2}, after={"region": "eu", "item": 2, "qty": 0}),
+            change(50, "D", before={"region": "us", "item": 2}),
+        ],
+    )
+
+    assert rows_of(changes.upserts, "region", "item") == [
+        {"region": "eu", "item": 2, "qty": 0},
+        {"region": "us", "item": 1, "qty": 6},
+    ]
+    assert rows_of(changes.deletes) == [{"region": "us", "item": 2}]
+    assert changes.stats == {"I": 1, "U": 1, "D": 1, "T": 0}
+
+
+def test_keys_compare_as_typed_values_not_text(spark: Any) -> None:
+    prices = TableDef("shop.prices", (Column("code", "decimal(5,2)", False), Column("v", "int", True)), ("code",))
+    changes = compiled(
+        spark,
+        prices,
+        [
+            change(10, "U", before={"code": "1.5"}, after={"v": 2, "code": "1.50"}),
+            change(20, "I", after={"code": "2.00", "v": 1}),
+            change(30, "D", before={"code": "2.0"}),
+        ],
+    )
+
+    assert rows_of(changes.upserts) == [{"code": Decimal("1.50"), "v": 2}]
+    assert changes.deletes.num_rows == 0
+    assert changes.stats == {"I": 0, "U": 1, "D": 0, "T": 0}
+
+
+def test_transactions_take_effect_in_commit_order_not_row_order(spark: Any) -> None:
+    changes = compiled(
+        spark,
+        ACCOUNTS,
+        [
+            # Transaction "early" writes first but commits last, so its image wins.
+            change(10, "U", before={"id": 1}, after=account(1, "early", "1.00"), commit=50, xid="early"),
+            change(20, "U", before={"id": 1}, after=account(1, "late", "2.00"), commit=30, xid="late"),
+            change(25, "U", before={"id": 1}, after=account(1, "late-2", "3.00"), commit=30, xid="late"),
+        ],
+    )
+
+    assert rows_of(changes.upserts) == [{"id": 1, "owner": "early", "balance": Decimal("1.00")}]
+
+
+def test_truncate_keeps_only_later_rows_and_is_flagged(spark: Any) -> None:
+    changes = compiled(
+        spark,
+        ACCOUNTS,
+        [
+            change(10, "I", after=account(1, "gone", "1.00")),
+            change(20, "D", before={"id": 2}),
+            change(30, "T"),
+            change(40, "I", after=account(3, "kept", "3.00")),
+            change(50, "U", before={"id": 3}, after=account(3, "kept", "4.00")),
+            change(60, "I", after=account(4, "brief", "0.00")),
+            change(70, "D", before={"id": 4}),
+        ],
+    )
+
+    assert changes.truncate is True
+    assert rows_of(changes.upserts) == [{"id": 3, "owner": "kept", "balance": Decimal("4.00")}]
+    assert changes.deletes.num_rows == 0
+    assert changes.stats == {"I": 1, "U": 0, "D": 0, "T": 1}
+
+
+def test_truncate_position_follows_commit_order(spark: Any) -> None:
+    changes = compiled(
+        spark,
+        ACCOUNTS,
+        [
+            # The insert has the higher lsn but commits before the truncate: it is emptied away.
+            change(10, "T", commit=90, xid="trunc"),
+            change(20, "I", after=account(1, "before-truncate", "1.00"), commit=80, xid="ins"),
+            change(30, "I", after=account(2, "after-truncate", "2.00"), commit=95, xid="ins2"),
+        ],
+    )
+
+    assert changes.truncate is True
+    assert rows_of(changes.upserts) == [{"id": 2, "owner": "after-truncate", "balance": Decimal("2.00")}]
+    assert changes.stats == {"I": 1, "U": 0, "D": 0, "T": 1}
+
+
+def test_added_nullable_column_reads_as_null_in_older_images(spark: Any) -> None:
+    evolved = TableDef("bank.accounts", (*ACCOUNTS.columns, Column("note", "string", True)), ("id",))
+    changes = compiled(
+        spark,
+        evolved,
+        [
+            change(10, "I", after=account(1, "old", "1.00")),
+            change(20, "I", after={**account(2, "new", "2.00"), "note": "hi"}),
+        ],
+    )
+
+    assert rows_of(changes.upserts, "id") == [
+        {"id": 1, "owner": "old", "balance": Decimal("1.00"), "note": None},
+        {"id": 2, "owner": "new", "balance": Decimal("2.00"), "note": "hi"},
+    ]
+
+
+# --------------------------------------------------------------------------- tables without a primary key
+
+
+def test_no_key_two_inserts_and_one_delete_of_a_value_count_one(spark: Any) -> None:
+    changes = compiled(
+        spark,
+        LEDGER,
+        [
+            change(10, "I", after={"entry": "fee", "amount": "1.50"}),
+            change(20, "I", after={"amount": "1.5", "entry": "fee"}),
+            change(30, "D", before={"entry": "fee", "amount": "1.50"}),
+        ],
+    )
+
+    assert rows_of(changes.counted) == [{"entry": "fee", "amount": Decimal("1.50"), "__count": 1}]
+    assert changes.counted.schema.types == [pa.string(), pa.decimal128(10, 2), pa.int64()]
+    assert changes.upserts.num_rows == 0
+    assert changes.deletes.num_rows == 0
+    assert changes.stats == {"I": 1, "U": 0, "D": 0, "T": 0}
+
+
+def test_no_key_update_removes_the_old_value_and_adds_the_new(spark: Any) -> None:
+    changes = compiled(
+        spark,
+        LEDGER,
+        [
+            change(10, "U", before={"entry": "fee", "amount": "1.00"}, after={"entry": "fee", "amount": "2.00"}),
+            change(20, "I", after={"entry": None, "amount": None}),
+        ],
+    )
+
+    assert rows_of(changes.counted, "__count", "amount") == [
+        {"entry": "fee", "amount": Decimal("1.00"), "__count": -1},
+        {"entry": "fee", "amount": Decimal("2.00"), "__count": 1},
+        {"entry": None, "amount": None, "__count": 1},
+    ]
+    assert changes.stats == {"I": 2, "U": 0, "D": 1, "T": 0}
+
+
+def test_no_key_values_group_null_safely_and_nan_with_nan(spark: Any) -> None:
+    samples = TableDef("lab.samples", (Column("x", "double", True), Column("note", "string", True)), ())
+    changes = compiled(
+        spark,
+        samples,
+        [
+            change(10, "I", after={"x": "NaN", "note": None}),
+            change(20, "I", after={"x": "NaN", "note": None}),
+            change(30, "D", before={"x": "NaN", "note": None}),
+            change(40, "I", after={"x": None}),  # an image from before "note" was added
+            change(50, "D", before={"x": None, "note": None}),
+        ],
+    )
+
+    counted = changes.counted.to_pylist()
+    assert len(counted) == 1
+    assert math.isnan(counted[0]["x"])
+    assert counted[0]["note"] is None
+    assert counted[0]["__count"] == 1
+
+
+def test_no_key_truncate_keeps_only_later_rows(spark: Any) -> None:
+    changes = compiled(
+        spark,
+        LEDGER,
+        [
+            change(10, "I", after={"entry": "a", "amount": "1.00"}),
+            change(20, "T"),
+            change(30, "D", before={"entry": "b", "amount": "2.00"}),
+        ],
+    )
+
+    assert changes.truncate is True
+    assert rows_of(changes.counted) == [{"entry": "b", "amount": Decimal("2.00"), "__count": -1}]
+    assert changes.stats == {"I": 0, "U": 0, "D": 1, "T": 1}
+
+
+# --------------------------------------------------------------------------- typed parsing
+
+ALL_TYPES = TableDef(
+    "lab.types",
+    (
+        Column("id", "int", False),
+        Column("big", "bigint", True),
+        Column("flag", "boolean", True),
+        Column("ratio", "double", True),
+        Column("amount", "decimal(38,10)", True),
+        Column("label", "string", True),
+        Column("day", "date", True),
+        Column("at", "timestamp", True),
+        Column("blob", "binary", True),
+    ),
+    ("id",),
+)
+ALL_TYPES_ARROW = [
+    pa.int32(),
+    pa.int64(),
+    pa.bool_(),
+    pa.float64(),
+    pa.decimal128(38, 10),
+    pa.string(),
+    pa.date32(),
+    pa.timestamp("us", tz="UTC"),
+    pa.binary(),
+]
+
+
+def test_every_type_is_parsed_exactly(spark: Any) -> None:
+    images = [
+        {
+            "id": 2147483647,
+            "big": 9223372036854775807,
+            "flag": True,
+            "ratio": "NaN",
+            "amount": "1234567890123456789012345678.0123456789",
+            "label": "Zürich ✓ 日本 😀",
+            "day": "0001-01-01",
+            "at": "2026-11-21T10:00:00.123456Z",
+            "blob": "AAEC/w==",
+        },
+        {
+            "id": -2147483648,
+            "big": -9223372036854775808,
+            "flag": False,
+            "ratio": "Infinity",
+            "amount": "-0.0000000001",
+            "label": "",
+            "day": "9999-12-31",
+            "at": "1900-01-01T00:00:00.000001Z",
+            "blob": "",
+        },
+        {"id": 0, "big": None, "flag": None, "ratio": "-Infinity", "amount": None, "label": None, "day": None},
+        {"id": 1, "ratio": 0.1, "amount": "12.5", "at": "9999-12-31T23:59:59.999999Z"},
+    ]
+    changes = compiled(spark, ALL_TYPES, [change(10 * (i + 1), "I", after=image) for i, image in enumerate(images)])
+
+    assert changes.upserts.schema.types == ALL_TYPES_ARROW
+    got = rows_of(changes.upserts, "id")
+    assert got[0] == {
+        "id": -2147483648,
+        "big": -9223372036854775808,
+        "flag": False,
+        "ratio": math.inf,
+        "amount": Decimal("-0.0000000001"),
+        "label": "",
+        "day": dt.date(9999, 12, 31),
+        "at": dt.datetime(1900, 1, 1, 0, 0, 0, 1, tzinfo=UTC),
+        "blob": b"",
+    }
+    assert got[1] == {
+        "id": 0,
+        "big": None,
+        "flag": None,
+        "ratio": -math.inf,
+        "amount": None,
+        "label": None,
+        "day": None,
+        "at": None,
+        "blob": None,
+    }
+    assert got[2]["ratio"] == 0.1
+    assert got[2]["amount"] == Decimal("12.5000000000")
+    assert got[2]["at"] == dt.datetime(9999, 12, 31, 23, 59, 59, 999999, tzinfo=UTC)
+    assert math.isnan(got[3].pop("ratio"))
+    assert got[3] == {
+        "id": 2147483647,
+        "big": 9223372036854775807,
+        "flag": True,
+        "amount": Decimal("1234567890123456789012345678.0123456789"),
+        "label": "Zürich ✓ 日本 😀",
+        "day": dt.date(1, 1, 1),
+        "at": dt.datetime(2026, 11, 21, 10, 0, 0, 123456, tzinfo=UTC),
+        "blob": b"\x00\x01\x02\xff",
+    }
+
+
+def test_timestamps_keep_their_instant_whatever_the_session_time_zone(spark: Any) -> None:
+    events = TableDef("lab.events", (Column("id", "int", False), Column("at", "timestamp", True)), ("id",))
+    spark.conf.set("spark.sql.session.timeZone", "America/New_York")
+    try:
+        changes = compiled(spark, events, [change(10, "I", after={"id": 1, "at": "2026-11-21T10:00:00.123456Z"})])
+    finally:
+        spark.conf.set("spark.sql.session.timeZone", "UTC")
+
+    assert changes.upserts.schema.field("at").type == pa.timestamp("us", tz="UTC")
+    assert rows_of(changes.upserts) == [{"id": 1, "at": dt.datetime(2026, 11, 21, 10, 0, 0, 123456, tzinfo=UTC)}]
+
+
+def test_parse_image_reads_only_the_given_columns_by_exact_name(spark: Any) -> None:
+    columns = [Column("id", "bigint", False), Column("Note", "string", True)]
+    images = spark.createDataFrame(
+        [('{"id": 5, "note": "lower", "other": [1, 2]}',), ('{"Note": "upper", "id": 6}',), (None,)], "j string"
+    )
+
+    parsed = images.select(parse_image(images["j"], columns).alias("p")).collect()
+
+    assert [None if r["p"] is None else r["p"].asDict() for r in parsed] == [
+        {"id": 5, "Note": None},
+        {"id": 6, "Note": "upper"},
+        None,
+    ]
+
+
+def test_parse_image_refuses_a_value_of_the_wrong_type(spark: Any) -> None:
+    images = spark.createDataFrame([('{"id": "five"}',)], "j string")
+
+    with pytest.raises(Exception, match="MALFORMED_RECORD_IN_PARSING"):
+        images.select(parse_image(images["j"], [Column("id", "bigint", False)])).collect()
+
+
+def test_spark_type_refuses_an_unknown_type() -> None:
+    with pytest.raises(ValueError, match="unknown column type 'money'"):
+        spark_type("money")
