@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import logging
+import resource
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -36,6 +37,7 @@ class CycleReport:
     seconds: dict[str, float] = field(default_factory=dict)
     applied_seq: int = 0
     restart_seq: int = 0
+    driver_peak_rss_mib: float = 0.0
 
     @contextmanager
     def phase(self, name: str) -> Iterator[None]:
@@ -59,7 +61,8 @@ class CycleReport:
 
 
 def append_report(path: Path, report: CycleReport) -> None:
-    """Append the cycle's JSON line and log its readable line."""
+    """Append the cycle's JSON line (with the driver's peak memory so far) and log its readable line."""
+    report.driver_peak_rss_mib = round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)
     path.parent.mkdir(parents=True, exist_ok=True)
     with open(path, "a", encoding="utf-8") as fh:
         fh.write(json.dumps(asdict(report), sort_keys=True) + "\n")

@@ -1,0 +1,136 @@
+"""Crashes at any point: the next run reaches exactly the state an uninterrupted run reaches."""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from applier.engine.changes import TableChanges
+from applier.engine.checkpoint import CheckpointStore
+from applier.engine.run import Applier
+from applier.generate import generate_workload
+from applier.targets import open_target
+from engine_support import assert_target_equals_reference, make_config, run
+
+pytestmark = [pytest.mark.spark, pytest.mark.slow]
+
+
+class Crash(BaseException):
+    """Stands for the process dying: nothing in the Applier may catch it."""
+
+
+class CrashingTarget:
+    """The real Delta target, dying right after its ``after``-th table commit."""
+
+    def __init__(self, real: Any, after: int) -> None:
+        self.real, self.after, self.applied = real, after, 0
+
+    def committed_cycle(self, table: str) -> int:
+        return int(self.real.committed_cycle(table))
+
+    def read_arrow(self, table: str) -> Any:
+        return self.real.read_arrow(table)
+
+    def apply(self, cycle_id: int, changes: TableChanges) -> None:
+        self.real.apply(cycle_id, changes)
+        self.applied += 1
+        if self.applied == self.after:
+            raise Crash
+
+
+@pytest.mark.parametrize("after_commits", [1, 4, 9])
+def test_a_crash_between_table_commits_is_finished_by_the_next_run(
+    tmp_path: Path, spark: Any, after_commits: int
+) -> None:
+    workload = generate_workload(tmp_path / "in", seed=11, transactions=150, file_size_mb=0.04, profile="demo")
+    config = make_config(
+        tmp_path, tmp_path / "in", process_intermediate_size_per_job=0.08, buffer_size_for_split_records=1024
+    )
+    with pytest.raises(Crash):
+        Applier(config, spark, CrashingTarget(open_target(config), after_commits)).run()
+    intent = CheckpointStore(config.work_dir).load_intent()
+    assert intent is not None, "the crashed cycle's intent is recorded"
+    summary = run(config, spark)
+    assert summary.reports[0].cycle_id == intent.cycle_id and summary.reports[0].seqs == intent.seqs
+    assert summary.reports[0].skipped_tables, "tables that had the cycle skip it"
+    assert summary.checkpoint.applied_seq == workload.pairs
+    assert_target_equals_reference(config, tmp_path / "in")
+
+
+def test_a_crash_before_the_checkpoint_is_finished_by_the_next_run(
+    tmp_path: Path, spark: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    workload = generate_workload(tmp_path / "in", seed=12, transactions=150, file_size_mb=0.04, profile="demo")
+    config = make_config(
+        tmp_path, tmp_path / "in", process_intermediate_size_per_job=0.08, buffer_size_for_split_records=1024
+    )
+    saves = {"n": 0}
+    real_save = CheckpointStore.save
+
+    def dying_save(self: CheckpointStore, checkpoint: Any) -> Any:
+        saves["n"] += 1
+        if saves["n"] == 2:
+            raise Crash
+        return real_save(self, checkpoint)
+
+    monkeypatch.setattr(CheckpointStore, "save", dying_save)
+    with pytest.raises(Crash):
+        run(config, spark)
+    monkeypatch.setattr(CheckpointStore, "save", real_save)
+    assert CheckpointStore(config.work_dir).load().cycle_id == 1
+    summary = run(config, spark)
+    assert summary.reports[0].cycle_id == 2 and len(summary.reports[0].skipped_tables) > 0
+    assert summary.checkpoint.applied_seq == workload.pairs
+    assert_target_equals_reference(config, tmp_path / "in")
+
+
+def _cycles_done(report: Path) -> int:
+    return len(report.read_text().splitlines()) if report.exists() else 0
+
+
+def test_sigkill_at_random_points_then_restart_reaches_the_uninterrupted_state(tmp_path: Path) -> None:
+    workload = generate_workload(
+        tmp_path / "in", seed=13, transactions=300, file_size_mb=0.03, profile="long-transactions"
+    )
+    config_file = tmp_path / "applier.yaml"
+    config_file.write_text(
+        f"configuration_name: crash\nintermediate_dir: {tmp_path / 'in'}\noutput_dir: {tmp_path / 'out'}\n"
+        f"target: {{path: {tmp_path / 'target'}}}\nspark: {{master: 'local[1]'}}\n"
+        "apply: {process_intermediate_size_per_job: 0.05, buffer_size_for_split_records: 1024}\n"
+    )
+    report = tmp_path / "out" / "crash" / "cycles.jsonl"
+    command = [sys.executable, "-m", "applier.cli", "run", "--config", str(config_file)]
+    rng = random.Random(13)
+    kills = 0
+    for _ in range(3):
+        before = _cycles_done(report)
+        proc = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+        deadline = time.monotonic() + 300
+        while _cycles_done(report) == before and proc.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.2)
+        time.sleep(rng.uniform(0.0, 2.5))  # somewhere inside a later cycle: reading, spilling, committing
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            kills += 1
+        proc.wait()
+    assert kills >= 2, "the run must have been killed while working"
+    done = subprocess.run(command, capture_output=True, text=True, timeout=900)
+    assert done.returncode == 0, done.stderr[-3000:]
+    from applier.config import load_config
+
+    config = load_config(config_file)
+    checkpoint = CheckpointStore(config.work_dir).load()
+    assert checkpoint.applied_seq == workload.pairs
+    assert_target_equals_reference(config, tmp_path / "in")
+    assert not list(config.spill_dir.glob("*.spill")), "no spill file is left behind"
+    cycle_ids = [json.loads(line)["cycle_id"] for line in report.read_text().splitlines()]
+    assert max(cycle_ids) == checkpoint.cycle_id
