@@ -77,96 +77,114 @@ def test_committed_rows_keeps_committed_xids_with_their_commit_lsn(spark: Any) -
 # --------------------------------------------------------------------------- tables with a primary key
 
 
-def test_insert_then_update_is_one_insert_of_the_final_image(spark: Any) -> None:
-    changes = compiled(
-        spark,
-        ACCOUNTS,
+# Scenarios on one table, each on its own keys, so that one Spark compile serves them all:
+# name -> (committed rows, expected upserts, expected deletes). Rows without a commit
+# are their own transaction, committed right after them.
+KEYED_SCENARIOS: dict[str, tuple[list[tuple], list[dict[str, Any]], list[dict[str, Any]]]] = {
+    "insert_then_update_is_one_insert_of_the_final_image": (
         [
             change(10, "I", after=account(1, "ann", "1.00")),
             change(20, "U", before={"id": 1}, after=account(1, "ann", "2.50")),
         ],
-    )
-
-    assert rows_of(changes.upserts) == [{"id": 1, "owner": "ann", "balance": Decimal("2.50")}]
-    assert changes.deletes.num_rows == 0
-    assert changes.stats == {"I": 1, "U": 0, "D": 0, "T": 0}
-    assert changes.truncate is False
-    assert changes.counted is None
-    assert changes.upserts.schema.types == [pa.int64(), pa.string(), pa.decimal128(10, 2)]
-    assert changes.deletes.schema.names == ["id"]
-    assert changes.deletes.schema.types == [pa.int64()]
-
-
-def test_update_then_update_is_an_update_of_the_final_image(spark: Any) -> None:
-    changes = compiled(
-        spark,
-        ACCOUNTS,
+        [account(1, "ann", "2.50")],
+        [],
+    ),
+    "update_then_update_is_an_update_of_the_final_image": (
         [
-            change(10, "U", before=account(1, "ann", "1.00"), after=account(1, "ann", "2.00")),
-            change(20, "U", before={"id": 1}, after=account(1, "bob", "3.00")),
+            change(110, "U", before=account(2, "bo", "1.00"), after=account(2, "bo", "2.00")),
+            change(120, "U", before={"id": 2}, after=account(2, "bob", "3.00")),
         ],
-    )
-
-    assert rows_of(changes.upserts) == [{"id": 1, "owner": "bob", "balance": Decimal("3.00")}]
-    assert changes.stats == {"I": 0, "U": 1, "D": 0, "T": 0}
-
-
-def test_update_then_delete_is_a_delete_of_the_key(spark: Any) -> None:
-    changes = compiled(
-        spark,
-        ACCOUNTS,
+        [account(2, "bob", "3.00")],
+        [],
+    ),
+    "update_then_delete_is_a_delete_of_the_key": (
+        [change(210, "U", before={"id": 3}, after=account(3, "cy", "2.00")), change(220, "D", before={"id": 3})],
+        [],
+        [{"id": 3}],
+    ),
+    "insert_then_delete_leaves_nothing": (
+        [change(310, "I", after=account(4, "di", "1.00")), change(320, "D", before={"id": 4})],
+        [],
+        [],
+    ),
+    "delete_then_insert_is_an_update_with_the_final_image": (
+        [change(410, "D", before={"id": 5}), change(420, "I", after=account(5, "new", "9.99"))],
+        [account(5, "new", "9.99")],
+        [],
+    ),
+    "key_move_deletes_the_old_key_and_inserts_the_new_one": (
+        [change(510, "U", before={"id": 6}, after=account(7, "ed", "1.00"))],
+        [account(7, "ed", "1.00")],
+        [{"id": 6}],
+    ),
+    "key_move_onto_a_key_deleted_earlier_updates_that_key": (
+        [change(610, "D", before={"id": 9}), change(620, "U", before={"id": 8}, after=account(9, "fay", "5.00"))],
+        [account(9, "fay", "5.00")],
+        [{"id": 8}],
+    ),
+    "transactions_take_effect_in_commit_order_not_row_order": (
         [
-            change(10, "U", before={"id": 7}, after=account(7, "ann", "2.00")),
-            change(20, "D", before={"id": 7}),
+            # Transaction "early" writes first but commits last, so its image wins.
+            change(710, "U", before={"id": 10}, after=account(10, "early", "1.00"), commit=750, xid="early"),
+            change(720, "U", before={"id": 10}, after=account(10, "late", "2.00"), commit=730, xid="late"),
+            change(725, "U", before={"id": 10}, after=account(10, "late-2", "3.00"), commit=730, xid="late"),
         ],
-    )
-
-    assert changes.upserts.num_rows == 0
-    assert rows_of(changes.deletes) == [{"id": 7}]
-    assert changes.stats == {"I": 0, "U": 0, "D": 1, "T": 0}
-
-
-def test_insert_then_delete_leaves_nothing(spark: Any) -> None:
-    changes = compiled(
-        spark, ACCOUNTS, [change(10, "I", after=account(1, "ann", "1.00")), change(20, "D", before={"id": 1})]
-    )
-
-    assert changes.upserts.num_rows == 0
-    assert changes.deletes.num_rows == 0
-    assert changes.stats == {"I": 0, "U": 0, "D": 0, "T": 0}
-
-
-def test_delete_then_insert_is_an_update_with_the_final_image(spark: Any) -> None:
-    changes = compiled(
-        spark, ACCOUNTS, [change(10, "D", before={"id": 1}), change(20, "I", after=account(1, "new", "9.99"))]
-    )
-
-    assert rows_of(changes.upserts) == [{"id": 1, "owner": "new", "balance": Decimal("9.99")}]
-    assert changes.deletes.num_rows == 0
-    assert changes.stats == {"I": 0, "U": 1, "D": 0, "T": 0}
-
-
-def test_key_move_deletes_the_old_key_and_inserts_the_new_one(spark: Any) -> None:
-    changes = compiled(spark, ACCOUNTS, [change(10, "U", before={"id": 1}, after=account(2, "ann", "1.00"))])
-
-    assert rows_of(changes.upserts) == [{"id": 2, "owner": "ann", "balance": Decimal("1.00")}]
-    assert rows_of(changes.deletes) == [{"id": 1}]
-    assert changes.stats == {"I": 1, "U": 0, "D": 1, "T": 0}
-
-
-def test_key_move_onto_a_key_deleted_earlier_updates_that_key(spark: Any) -> None:
-    changes = compiled(
-        spark,
-        ACCOUNTS,
+        [account(10, "early", "1.00")],
+        [],
+    ),
+    "insert_moved_away_and_back_is_one_insert": (
         [
-            change(10, "D", before={"id": 2}),
-            change(20, "U", before={"id": 1}, after=account(2, "ann", "5.00")),
+            change(810, "I", after=account(11, "gus", "1.00")),
+            change(820, "U", before={"id": 11}, after=account(12, "gus", "2.00")),
+            change(830, "U", before={"id": 12}, after=account(11, "gus", "3.00")),
         ],
-    )
+        [account(11, "gus", "3.00")],
+        [],
+    ),
+    "keys_swapped_through_a_free_key_are_two_updates": (
+        [
+            change(910, "U", before={"id": 13}, after=account(15, "hal", "1.00")),
+            change(920, "U", before={"id": 14}, after=account(13, "ivy", "2.00")),
+            change(930, "U", before={"id": 15}, after=account(14, "hal", "1.00")),
+        ],
+        [account(13, "ivy", "2.00"), account(14, "hal", "1.00")],
+        [],
+    ),
+}
 
-    assert rows_of(changes.upserts) == [{"id": 2, "owner": "ann", "balance": Decimal("5.00")}]
-    assert rows_of(changes.deletes) == [{"id": 1}]
-    assert changes.stats == {"I": 0, "U": 1, "D": 1, "T": 0}
+
+def _scenario_keys(rows: list[tuple]) -> set[int]:
+    """The ids a scenario's rows touch."""
+    images = [json.loads(image) for row in rows for image in row[4:6] if image is not None]
+    return {image["id"] for image in images}
+
+
+@pytest.fixture(scope="module")
+def keyed_changes(spark: Any) -> Any:
+    """All keyed scenarios compiled together (one Spark compile for the lot)."""
+    return compiled(spark, ACCOUNTS, [row for rows, _, _ in KEYED_SCENARIOS.values() for row in rows])
+
+
+@pytest.mark.parametrize("scenario", list(KEYED_SCENARIOS))
+def test_keyed_net_change(keyed_changes: Any, scenario: str) -> None:
+    rows, upserts, deletes = KEYED_SCENARIOS[scenario]
+    keys = _scenario_keys(rows)
+
+    assert [r for r in rows_of(keyed_changes.upserts, "id") if r["id"] in keys] == [
+        {**r, "balance": Decimal(r["balance"])} for r in upserts
+    ]
+    assert [r for r in rows_of(keyed_changes.deletes, "id") if r["id"] in keys] == deletes
+
+
+def test_keyed_changes_are_typed_and_counted(keyed_changes: Any) -> None:
+    assert keyed_changes.truncate is False
+    assert keyed_changes.counted is None
+    assert keyed_changes.upserts.schema.names == ["id", "owner", "balance"]
+    assert keyed_changes.upserts.schema.types == [pa.int64(), pa.string(), pa.decimal128(10, 2)]
+    assert keyed_changes.deletes.schema.names == ["id"]
+    assert keyed_changes.deletes.schema.types == [pa.int64()]
+    # Inserts: 1, 7, 11; updates: 2, 5, 9, 10, 13, 14; deletes: 3, 6, 8.
+    assert keyed_changes.stats == {"I": 3, "U": 6, "D": 3, "T": 0}
 
 
 def test_composite_key_matches_on_every_key_column(spark: Any) -> None:
@@ -210,21 +228,6 @@ def test_keys_compare_as_typed_values_not_text(spark: Any) -> None:
     assert rows_of(changes.upserts) == [{"code": Decimal("1.50"), "v": 2}]
     assert changes.deletes.num_rows == 0
     assert changes.stats == {"I": 0, "U": 1, "D": 0, "T": 0}
-
-
-def test_transactions_take_effect_in_commit_order_not_row_order(spark: Any) -> None:
-    changes = compiled(
-        spark,
-        ACCOUNTS,
-        [
-            # Transaction "early" writes first but commits last, so its image wins.
-            change(10, "U", before={"id": 1}, after=account(1, "early", "1.00"), commit=50, xid="early"),
-            change(20, "U", before={"id": 1}, after=account(1, "late", "2.00"), commit=30, xid="late"),
-            change(25, "U", before={"id": 1}, after=account(1, "late-2", "3.00"), commit=30, xid="late"),
-        ],
-    )
-
-    assert rows_of(changes.upserts) == [{"id": 1, "owner": "early", "balance": Decimal("1.00")}]
 
 
 def test_truncate_keeps_only_later_rows_and_is_flagged(spark: Any) -> None:

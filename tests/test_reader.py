@@ -268,8 +268,8 @@ def test_a_value_that_does_not_fit_its_type_is_refused(tmp_path: Path, column: s
     assert refused.value.code == "value-wrong-type" and f"column {column}" in str(refused.value)
 
 
-def test_adding_a_nullable_column_is_accepted_and_an_open_transaction_may_end_later(tmp_path: Path) -> None:
-    good_first_pair(tmp_path)
+def _commit_t2_with_an_added_column(directory: Path) -> None:
+    """Pair 2: bank.accounts gains a nullable column ``note``; t2 (open since pair 1) inserts and commits."""
     evolved = {
         "bank.accounts": {
             **ACCOUNTS,
@@ -277,12 +277,17 @@ def test_adding_a_nullable_column_is_accepted_and_an_open_transaction_may_end_la
         }
     }
     write_pair(
-        tmp_path,
+        directory,
         2,
         [row(21, "t2", "I", after={"id": 5, "owner": "e", "balance": None, "note": "new"})],
         [event("commit", "t2", 22)],
         tables=evolved,
     )
+
+
+def test_adding_a_nullable_column_is_accepted_and_an_open_transaction_may_end_later(tmp_path: Path) -> None:
+    good_first_pair(tmp_path)
+    _commit_t2_with_an_added_column(tmp_path)
     summary = scan_directory(tmp_path)
     assert summary.pairs == 2 and summary.committed == 2 and summary.open_xids == []
 
@@ -313,19 +318,7 @@ def test_resuming_inside_the_stream_trusts_only_the_pairs_checked_before(tmp_pat
 
 def test_pairs_checked_before_keep_their_older_definitions_when_re_read(tmp_path: Path) -> None:
     good_first_pair(tmp_path)
-    evolved = {
-        "bank.accounts": {
-            **ACCOUNTS,
-            "columns": [*ACCOUNTS["columns"], {"name": "note", "type": "string", "nullable": True}],
-        }
-    }
-    write_pair(
-        tmp_path,
-        2,
-        [row(21, "t2", "I", after={"id": 5, "owner": "e", "balance": None, "note": "n"})],
-        [event("commit", "t2", 22)],
-        tables=evolved,
-    )
+    _commit_t2_with_an_added_column(tmp_path)
     newest = read_pair(list_pairs(tmp_path, 2).pairs[0]).tables
     validator = StreamValidator(tables=newest, trusted_through_seq=2)
     for ref in list_pairs(tmp_path).pairs:

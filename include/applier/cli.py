@@ -11,6 +11,7 @@ import argparse
 import sys
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 from applier.errors import ApplierError
 
@@ -33,6 +34,18 @@ def _add_config_args(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def _command(commands: Any, name: str, summary: str) -> argparse.ArgumentParser:
+    """One sub-command, with its summary and the exit codes in its --help."""
+    parser: argparse.ArgumentParser = commands.add_parser(
+        name,
+        help=summary,
+        description=summary,
+        epilog=EXIT_CODES_HELP,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    return parser
+
+
 def _build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="applier",
@@ -42,12 +55,7 @@ def _build_parser() -> argparse.ArgumentParser:
     )
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
-    gen = commands.add_parser(
-        "generate",
-        help="write a seeded, realistic OLTP change stream as intermediate files",
-        epilog=EXIT_CODES_HELP,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
+    gen = _command(commands, "generate", "write a seeded, realistic OLTP change stream as intermediate files")
     gen.add_argument("--out", type=Path, required=True, help="directory to write pairs into (created if missing)")
     gen.add_argument("--seed", type=int, default=1, help="random seed; the same seed writes the same files")
     gen.add_argument("--transactions", type=int, help="number of transactions (default: the profile's)")
@@ -55,37 +63,21 @@ def _build_parser() -> argparse.ArgumentParser:
     gen.add_argument("--profile", default="demo", help="workload profile (default: demo); see --list-profiles")
     gen.add_argument("--list-profiles", action="store_true", help="list the profiles and exit")
 
-    check = commands.add_parser(
-        "check",
-        help="read and check every complete pair of an intermediate directory against the spec",
-        epilog=EXIT_CODES_HELP,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+    check = _command(
+        commands, "check", "read and check every complete pair of an intermediate directory against the spec"
     )
     check.add_argument("directory", type=Path, help="the intermediate directory")
 
-    plan = commands.add_parser(
-        "plan",
-        help="show the apply cycles the available pairs make under the configured size limit",
-        epilog=EXIT_CODES_HELP,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
+    plan = _command(commands, "plan", "show the apply cycles the available pairs make under the configured size limit")
     _add_config_args(plan)
     plan.add_argument("--applied-seq", type=int, help="plan after this pair (default: the checkpoint's)")
 
-    run = commands.add_parser(
-        "run",
-        help="one Applier run: apply cycles until caught up or the cycle limit",
-        epilog=EXIT_CODES_HELP,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
+    run = _command(commands, "run", "one Applier run: apply cycles until caught up or the cycle limit")
     _add_config_args(run)
     run.add_argument("--max-cycles", type=int, help="cycles for this run (default: apply.max_cycles_per_run)")
 
-    status = commands.add_parser(
-        "status",
-        help="applied and restart positions, backlog, open transactions, spill files, last cycle",
-        epilog=EXIT_CODES_HELP,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+    status = _command(
+        commands, "status", "applied and restart positions, backlog, open transactions, spill files, last cycle"
     )
     _add_config_args(status)
     return parser

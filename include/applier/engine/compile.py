@@ -61,11 +61,27 @@ def last_truncate(rows: DataFrame) -> tuple[int, int] | None:
         rows: committed rows of one table (with ``commit_lsn``).
 
     Returns:
-        The latest truncate's position. Runs one small Spark job.
+        The latest truncate's position. Runs one small Spark job; the ``T``
+        rows are few, so they are collected as they are (no shuffle).
     """
-    found = rows.filter(F.col("op") == "T").agg(F.max(F.struct("commit_lsn", "lsn")).alias("pos")).first()
-    pos = None if found is None else found["pos"]
-    return None if pos is None else (pos["commit_lsn"], pos["lsn"])
+    truncates = rows.filter(F.col("op") == "T").select("commit_lsn", "lsn").collect()
+    return max(((r["commit_lsn"], r["lsn"]) for r in truncates), default=None)
+
+
+def tables_and_truncates(rows: DataFrame) -> dict[str, tuple[int, int] | None]:
+    """Every table with committed rows, and the position of its last ``T`` row (None without).
+
+    One small Spark job for all tables, instead of one per table.
+
+    Args:
+        rows: committed rows of any tables (with ``commit_lsn``).
+
+    Returns:
+        ``{table: (commit_lsn, lsn) or None}``.
+    """
+    position = F.when(F.col("op") == "T", F.struct("commit_lsn", "lsn"))
+    found = rows.groupBy("table").agg(F.max(position).alias("at")).collect()
+    return {r["table"]: (r["at"]["commit_lsn"], r["at"]["lsn"]) if r["at"] is not None else None for r in found}
 
 
 def rows_after(rows: DataFrame, position: tuple[int, int] | None) -> DataFrame:
@@ -228,7 +244,20 @@ def compile_table(rows: DataFrame, table: TableDef) -> TableChanges:
         pyspark.errors.PySparkException: a value in an image does not fit its
             type (the reader checks images first, so this means a broken input).
     """
-    truncate_at = last_truncate(rows)
+    return compile_table_at(rows, table, last_truncate(rows))
+
+
+def compile_table_at(rows: DataFrame, table: TableDef, truncate_at: tuple[int, int] | None) -> TableChanges:
+    """:func:`compile_table` with the last truncate's position already known (one Spark job).
+
+    Args:
+        rows: the table's committed rows, as for :func:`compile_table`.
+        table: the table's definition.
+        truncate_at: the ``(commit_lsn, lsn)`` of the table's last ``T`` row, or None.
+
+    Returns:
+        The table's net changes.
+    """
     effective = rows_after(rows, truncate_at).filter(F.col("op") != "T")
     truncated = truncate_at is not None
     schema = arrow_schema(table)

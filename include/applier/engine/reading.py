@@ -33,6 +33,7 @@ class CycleInput:
         refused: the error of the pair that cut the cycle short, if any.
         xids_by_seq: for each pair, the xids that have rows in it.
         begun_at: xid -> source time (``ts``) of the begins in these pairs.
+        read_seconds: how long reading and checking the pairs took.
     """
 
     pairs: list[PairRef] = field(default_factory=list)
@@ -42,6 +43,7 @@ class CycleInput:
     refused: IntermediateFileError | None = None
     xids_by_seq: dict[int, set[str]] = field(default_factory=dict)
     begun_at: dict[str, str] = field(default_factory=dict)
+    read_seconds: float = 0.0
 
     @property
     def bytes(self) -> int:

@@ -35,6 +35,7 @@ class CycleReport:
     spill_removed: list[dict[str, Any]] = field(default_factory=list)
     skipped_tables: list[str] = field(default_factory=list)
     seconds: dict[str, float] = field(default_factory=dict)
+    table_seconds: dict[str, dict[str, float]] = field(default_factory=dict)
     applied_seq: int = 0
     restart_seq: int = 0
     driver_peak_rss_mib: float = 0.0

@@ -16,6 +16,7 @@ pairs and the tables that have the cycle skip it; after 4 the next cycle begins.
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -132,7 +133,9 @@ class Applier:
             if gap is not None:
                 raise gap
             return None
+        started = time.perf_counter()
         cycle = read_cycle(refs, validator)
+        cycle.read_seconds = time.perf_counter() - started
         if not cycle.pairs:
             assert cycle.refused is not None
             raise cycle.refused
@@ -143,6 +146,7 @@ class Applier:
     ) -> tuple[Checkpoint, CycleReport]:
         cycle_id = checkpoint.cycle_id + 1
         report = CycleReport(cycle_id=cycle_id, seqs=[p.seq for p in cycle.pairs], bytes=cycle.bytes)
+        report.seconds["read"] = round(cycle.read_seconds, 3)
         report.rows_read, report.committed, report.rolled_back = (
             cycle.rows_read,
             len(cycle.commits),

@@ -1,22 +1,27 @@
 """Checking row images against their table definitions (spec section 3).
 
-Every ``before``/``after`` image is parsed and checked: a JSON object, the
-images each operation requires and no others, every column of an ``after``
-image present, the key columns of a ``before`` image present (every column
+Every ``before``/``after`` image is decoded with a strict msgspec decoder
+built from its table's definition: a JSON object, every column present in an
+``after`` image, the key columns present in a ``before`` image (every column
 for a table without a primary key), no unknown columns, and every value of
-its column's type.
+its column's type. msgspec does this in C, some ten times faster than
+checking parsed JSON in Python, which matters at millions of rows.
 """
 
 from __future__ import annotations
 
-import json
-from collections.abc import Callable
+import re
 from dataclasses import dataclass
 from typing import Any
 
+import msgspec
 import pyarrow as pa
 
-from applier.intermediate.schema import TableDef, value_checker
+from applier.intermediate.schema import Column, TableDef, value_type
+
+_NEEDS = {"I": (False, True), "U": (True, True), "D": (True, False), "T": (False, False)}
+_NEED_TEXT = {"I": "only an after image", "U": "both images", "D": "only a before image", "T": "no image"}
+_PATH = re.compile(r" - at `\$\.(.+)`$")
 
 
 class ImageProblem(ValueError):
@@ -28,67 +33,66 @@ class ImageProblem(ValueError):
         super().__init__(detail)
 
 
+def _field(i: int, col: Column, required: bool) -> tuple[Any, ...]:
+    kind = value_type(col.type)
+    if col.nullable:
+        kind = kind | None
+    if required:
+        return (f"c{i}", kind)
+    # Absent is allowed; an explicit null still has to fit the column's nullability.
+    return (f"c{i}", kind | msgspec.UnsetType, msgspec.UNSET)
+
+
+def _decoder(table: TableDef, required: set[str]) -> msgspec.json.Decoder[Any]:
+    # Columns are named c0, c1... with a rename, so any column name works and
+    # required fields come first, as Python's struct fields must.
+    order = sorted(range(len(table.columns)), key=lambda i: table.columns[i].name not in required)
+    fields = [_field(i, table.columns[i], table.columns[i].name in required) for i in order]
+    rename = {f"c{i}": col.name for i, col in enumerate(table.columns)}
+    struct = msgspec.defstruct("Image", fields, rename=rename, forbid_unknown_fields=True)
+    return msgspec.json.Decoder(struct)
+
+
 @dataclass(frozen=True)
 class _TableRules:
-    columns: frozenset[str]
-    before_required: frozenset[str]
-    not_null: frozenset[str]
-    checkers: dict[str, Callable[[Any], bool]]
-    types: dict[str, str]
+    after: msgspec.json.Decoder[Any]
+    before: msgspec.json.Decoder[Any]
 
     @staticmethod
     def of(table: TableDef) -> _TableRules:
-        names = frozenset(table.column_names)
-        return _TableRules(
-            columns=names,
-            before_required=frozenset(table.primary_key) if table.primary_key else names,
-            not_null=frozenset(c.name for c in table.columns if not c.nullable),
-            checkers={c.name: value_checker(c.type) for c in table.columns},
-            types={c.name: c.type for c in table.columns},
-        )
+        every = set(table.column_names)
+        return _TableRules(after=_decoder(table, every), before=_decoder(table, set(table.primary_key) or every))
 
 
-def _parse(text: str, where: str) -> dict[str, Any]:
-    try:
-        image = json.loads(text)
-    except ValueError as e:
-        raise ImageProblem("image-not-object", f"{where} is not JSON: {e}") from e
-    if not isinstance(image, dict):
-        raise ImageProblem("image-not-object", f"{where} is a JSON {type(image).__name__}, not an object")
-    return image
+def _explain(e: msgspec.MsgspecError, label: str) -> ImageProblem:
+    text = str(e)
+    if not isinstance(e, msgspec.ValidationError):  # a ValidationError is a DecodeError too
+        return ImageProblem("image-not-object", f"{label} is not JSON: {text}")
+    if text.startswith("Expected `object`"):
+        return ImageProblem("image-not-object", f"{label} is not a JSON object: {text}")
+    if text.startswith("Object missing required field"):
+        code = "column-missing" if label == "after image" else "key-column-missing"
+        return ImageProblem(code, f"{label} lacks a column: {text}")
+    if text.startswith("Object contains unknown field"):
+        return ImageProblem("column-unknown", f"{label} has a column not in the table definition: {text}")
+    path = _PATH.search(text)
+    column = f"column {path.group(1)}: " if path else ""
+    return ImageProblem("value-wrong-type", f"{label}: {column}{_PATH.sub('', text)}")
 
 
-def _check_values(image: dict[str, Any], rules: _TableRules, where: str) -> None:
-    unknown = image.keys() - rules.columns
-    if unknown:
-        raise ImageProblem("column-unknown", f"{where} has columns {sorted(unknown)} not in the table definition")
-    for name, value in image.items():
-        if value is None:
-            if name in rules.not_null:
-                raise ImageProblem("value-wrong-type", f"{where}: column {name} is not nullable but holds null")
-        elif not rules.checkers[name](value):
-            raise ImageProblem(
-                "value-wrong-type", f"{where}: column {name} value {value!r} is not a {rules.types[name]}"
-            )
-
-
-def _check_row(op: str, before: str | None, after: str | None, rules: _TableRules, where: str) -> None:
-    wants_before, wants_after = op in ("U", "D"), op in ("I", "U")
+def _check_row(op: str, before: str | None, after: str | None, rules: _TableRules) -> None:
+    wants_before, wants_after = _NEEDS[op]
     if (before is not None) != wants_before or (after is not None) != wants_after:
-        need = {"I": "only an after image", "U": "both images", "D": "only a before image", "T": "no image"}[op]
-        raise ImageProblem("image-unexpected", f"{where}: op {op} needs {need}")
-    if after is not None:
-        image = _parse(after, f"{where} after image")
-        _check_values(image, rules, f"{where} after image")
-        missing = rules.columns - image.keys()
-        if missing:
-            raise ImageProblem("column-missing", f"{where} after image lacks columns {sorted(missing)}")
-    if before is not None:
-        image = _parse(before, f"{where} before image")
-        _check_values(image, rules, f"{where} before image")
-        missing = rules.before_required - image.keys()
-        if missing:
-            raise ImageProblem("key-column-missing", f"{where} before image lacks key columns {sorted(missing)}")
+        raise ImageProblem("image-unexpected", f"op {op} needs {_NEED_TEXT[op]}")
+    label = "after image"
+    try:
+        if after is not None:
+            rules.after.decode(after)
+        label = "before image"
+        if before is not None:
+            rules.before.decode(before)
+    except msgspec.MsgspecError as e:
+        raise _explain(e, label) from None
 
 
 def check_images(data: pa.Table, tables: dict[str, TableDef]) -> None:
@@ -103,9 +107,10 @@ def check_images(data: pa.Table, tables: dict[str, TableDef]) -> None:
         ImageProblem: naming the row (lsn, xid, table) and what is wrong.
     """
     rules = {name: _TableRules.of(table) for name, table in tables.items()}
-    columns = [data[name].to_pylist() for name in ("lsn", "xid", "table", "op", "before", "after")]
-    for lsn, xid, table, op, before, after in zip(*columns, strict=True):
+    names, ops, befores, afters = (data[c].to_pylist() for c in ("table", "op", "before", "after"))
+    for i, (name, op, before, after) in enumerate(zip(names, ops, befores, afters, strict=True)):
         try:
-            _check_row(op, before, after, rules[table], "")
+            _check_row(op, before, after, rules[name])
         except ImageProblem as e:
-            raise ImageProblem(e.code, f"row lsn {lsn} (xid {xid}, table {table}){e.detail}") from None
+            lsn, xid = data["lsn"][i].as_py(), data["xid"][i].as_py()
+            raise ImageProblem(e.code, f"row lsn {lsn} (xid {xid}, table {name}) {e.detail}") from None

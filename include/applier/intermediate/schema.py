@@ -8,14 +8,12 @@ checks that a JSON value fits its column type.
 
 from __future__ import annotations
 
-import base64
-import binascii
-import datetime as dt
 import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from decimal import Decimal, InvalidOperation
-from typing import Any
+from typing import Annotated, Any, Literal
+
+import msgspec
 
 INT32_MIN, INT32_MAX = -(2**31), 2**31 - 1
 INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
@@ -23,9 +21,16 @@ DOUBLE_SPECIALS = frozenset({"NaN", "Infinity", "-Infinity"})
 MAX_DECIMAL_PRECISION = 38
 
 _DECIMAL_TYPE = re.compile(r"decimal\((\d+),(\d+)\)")
-_DECIMAL_TEXT = re.compile(r"-?\d+(\.\d+)?")
-_DATE_TEXT = re.compile(r"\d{4}-\d{2}-\d{2}")
-_TIMESTAMP_TEXT = re.compile(r"(\d{4}-\d{2}-\d{2})T(\d{2}:\d{2}:\d{2})(\.\d{1,6})?Z")
+# A calendar date YYYY-MM-DD (years 0001-9999) with the right number of days in
+# its month, February 29 in leap years only.
+_LEAP_DAY = r"(?:[0-9]{2}(?:0[48]|[2468][048]|[13579][26])|(?:[02468][048]|[13579][26])00)-02-29"
+_YEAR = r"(?:[0-9]{3}[1-9]|[0-9]{2}[1-9][0-9]|[0-9][1-9][0-9]{2}|[1-9][0-9]{3})"
+_MONTH_DAY = r"(?:(?:0[1-9]|1[0-2])-(?:0[1-9]|1[0-9]|2[0-8])|(?:0[13-9]|1[0-2])-(?:29|30)|(?:0[13578]|1[02])-31)"
+DATE_PATTERN = rf"(?:{_YEAR}-{_MONTH_DAY}|{_LEAP_DAY})"
+# ISO 8601 in UTC with Z, at most microseconds.
+TIMESTAMP_PATTERN = rf"{DATE_PATTERN}T(?:[01][0-9]|2[0-3]):[0-5][0-9]:[0-5][0-9](?:\.[0-9]{{1,6}})?Z"
+# Standard base64 with padding.
+BINARY_PATTERN = r"(?:[A-Za-z0-9+/]{4})*(?:[A-Za-z0-9+/]{2}==|[A-Za-z0-9+/]{3}=)?"
 # One part of a table name: letters, digits, underscore and dollar, nothing that
 # could climb out of a directory or break out of a quoted identifier.
 _NAME_PART = r"[^\W\d][\w$]*"
@@ -168,88 +173,55 @@ def evolution_problem(old: TableDef, new: TableDef) -> str | None:
     return None
 
 
-def _check_int(lo: int, hi: int) -> Callable[[Any], bool]:
-    def check(v: Any) -> bool:
-        return isinstance(v, int) and not isinstance(v, bool) and lo <= v <= hi
+def decimal_pattern(precision: int, scale: int) -> str:
+    """Exact decimal text of at most ``precision - scale`` integer and ``scale`` fraction digits.
 
-    return check
-
-
-def _check_double(v: Any) -> bool:
-    if isinstance(v, str):
-        return v in DOUBLE_SPECIALS
-    return isinstance(v, (int, float)) and not isinstance(v, bool)
+    Leading zeros and trailing fraction zeros do not count: the value must be
+    exactly representable, the text need not be minimal.
+    """
+    integer = f"0*[0-9]{{1,{precision - scale}}}" if precision > scale else "0+"
+    fraction = f"(?:\\.[0-9]{{1,{scale}}}0*)?" if scale else "(?:\\.0+)?"
+    return f"-?{integer}{fraction}"
 
 
-def _check_date(v: Any) -> bool:
-    if not isinstance(v, str) or not _DATE_TEXT.fullmatch(v):
-        return False
-    try:
-        dt.date.fromisoformat(v)
-    except ValueError:
-        return False
-    return True
+def _text(pattern: str) -> Any:
+    return Annotated[str, msgspec.Meta(pattern=f"^(?:{pattern})$")]
 
 
-def _check_timestamp(v: Any) -> bool:
-    if not isinstance(v, str):
-        return False
-    m = _TIMESTAMP_TEXT.fullmatch(v)
-    if not m:
-        return False
-    try:
-        dt.datetime.fromisoformat(f"{m.group(1)}T{m.group(2)}")
-    except ValueError:
-        return False
-    return True
-
-
-def _check_binary(v: Any) -> bool:
-    if not isinstance(v, str):
-        return False
-    try:
-        base64.b64decode(v, validate=True)
-    except (binascii.Error, ValueError):
-        return False
-    return True
-
-
-def _decimal_checker(precision: int, scale: int) -> Callable[[Any], bool]:
-    quantum = Decimal(1).scaleb(-scale)
-    max_integer_digits = precision - scale
-
-    def check(v: Any) -> bool:
-        if not isinstance(v, str) or not _DECIMAL_TEXT.fullmatch(v):
-            return False
-        try:
-            d = Decimal(v)
-            exact = d.quantize(quantum) == d
-        except InvalidOperation:
-            return False
-        integer_digits = len(str(abs(int(d)))) if int(d) != 0 else 0
-        return exact and integer_digits <= max_integer_digits
-
-    return check
-
-
-_SIMPLE_CHECKS: dict[str, Callable[[Any], bool]] = {
-    "boolean": lambda v: isinstance(v, bool),
-    "int": _check_int(INT32_MIN, INT32_MAX),
-    "bigint": _check_int(INT64_MIN, INT64_MAX),
-    "double": _check_double,
-    "string": lambda v: isinstance(v, str),
-    "date": _check_date,
-    "timestamp": _check_timestamp,
-    "binary": _check_binary,
+_VALUE_TYPES: dict[str, Any] = {
+    "boolean": bool,
+    "int": Annotated[int, msgspec.Meta(ge=INT32_MIN, le=INT32_MAX)],
+    "bigint": Annotated[int, msgspec.Meta(ge=INT64_MIN, le=INT64_MAX)],
+    "double": float | Literal["NaN", "Infinity", "-Infinity"],
+    "string": str,
+    "date": _text(DATE_PATTERN),
+    "timestamp": _text(TIMESTAMP_PATTERN),
+    "binary": _text(BINARY_PATTERN),
 }
 
 
-def value_checker(type_name: str) -> Callable[[Any], bool]:
-    """Return a predicate telling whether a non-null JSON value fits ``type_name``."""
+def value_type(type_name: str) -> Any:
+    """The msgspec type that accepts exactly the spec's JSON encoding of ``type_name``.
+
+    Decoding is strict: no number for a string, no string for a number, no
+    boolean for an integer; doubles accept numbers and the three special strings.
+    """
     ps = decimal_precision_scale(type_name)
-    if ps is not None:
-        return _decimal_checker(*ps)
-    return _SIMPLE_CHECKS[type_name]
+    return _text(decimal_pattern(*ps)) if ps is not None else _VALUE_TYPES[type_name]
+
+
+def value_checker(type_name: str) -> Callable[[Any], bool]:
+    """A predicate telling whether a non-null JSON value fits ``type_name``."""
+    kind = value_type(type_name)
+
+    def check(v: Any) -> bool:
+        try:
+            msgspec.convert(v, kind, strict=True)
+        except msgspec.ValidationError:
+            return False
+        return True
+
+    return check
 
 
 def tables_metadata(defs: Sequence[TableDef]) -> dict[str, Any]:
