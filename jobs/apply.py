@@ -13,7 +13,7 @@ import logging
 import sys
 
 from applier.config import load_config
-from applier.engine.api import run_applier
+from applier.engine.api import configure_logging, run_applier
 from applier.errors import ApplierError
 
 
@@ -23,7 +23,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--set", dest="overrides", action="append", default=[])
     parser.add_argument("--max-cycles", type=int)
     args = parser.parse_args(argv)
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    configure_logging()
     try:
         config = load_config(args.config, args.overrides)
         summary = run_applier(config, max_cycles=args.max_cycles, set_master=False)

@@ -111,14 +111,12 @@ def plan(args: argparse.Namespace) -> int:
 
 def run(args: argparse.Namespace) -> int:
     """``applier run``: apply cycles until caught up or the cycle limit."""
-    import logging
-
-    from applier.engine.api import run_applier
+    from applier.engine.api import configure_logging, run_applier
 
     config = load_config(args.config, args.overrides)
     if args.max_cycles is not None and args.max_cycles < 0:
         raise UsageError(f"--max-cycles {args.max_cycles} must be 0 (until caught up) or more")
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    configure_logging()
     summary = run_applier(config, max_cycles=args.max_cycles)
     cp = summary.checkpoint
     print(

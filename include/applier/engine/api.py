@@ -13,6 +13,12 @@ from applier.engine.session import start_spark
 from applier.targets import open_target
 
 
+def configure_logging() -> None:
+    """Operator logs on stderr: the Applier's cycle lines at INFO, Spark's Python bridge quiet."""
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logging.getLogger("py4j").setLevel(logging.WARNING)
+
+
 def run_applier(
     config: Config,
     *,

@@ -89,5 +89,12 @@ def age(moment: str | None) -> str:
     if not moment:
         return "never"
     then = dt.datetime.fromisoformat(moment.replace("Z", "+00:00"))
-    seconds = (dt.datetime.now(dt.UTC) - then).total_seconds()
-    return f"{seconds:.0f}s ago"
+    seconds = int((dt.datetime.now(dt.UTC) - then).total_seconds())
+    days, rest = divmod(max(seconds, 0), 86400)
+    hours, rest = divmod(rest, 3600)
+    minutes, secs = divmod(rest, 60)
+    if days:
+        return f"{days}d {hours}h ago"
+    if hours:
+        return f"{hours}h {minutes}m ago"
+    return f"{minutes}m {secs}s ago" if minutes else f"{secs}s ago"
