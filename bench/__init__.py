@@ -1,0 +1,1 @@
+"""Benchmarks of the Applier (results in docs/benchmarks.md)."""
