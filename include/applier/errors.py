@@ -59,6 +59,10 @@ class IntermediateFileError(ApplierError):
         self.detail = detail
         super().__init__(f"{self.path}: {detail} [{code}]")
 
+    def __reduce__(self) -> tuple[type[IntermediateFileError], tuple[Path, int, str, str]]:
+        # Rebuilt from its fields when it crosses a process boundary (worker checks).
+        return (type(self), (self.path, self.seq, self.code, self.detail))
+
 
 class CorruptPairError(IntermediateFileError):
     """The pair does not match its header, or a file is not what the spec says it is."""

@@ -8,6 +8,8 @@ Spark reads the ``.dat`` files itself for the committed ones.
 
 from __future__ import annotations
 
+import logging
+from concurrent.futures import Future
 from dataclasses import dataclass, field
 
 import pyarrow as pa
@@ -15,10 +17,13 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from applier.engine.buffers import TransactionBuffers
+from applier.engine.checking import PairChecker
 from applier.errors import IntermediateFileError
 from applier.intermediate.pairs import PairRef
 from applier.intermediate.reader import Pair, read_pair
 from applier.intermediate.stream import StreamValidator
+
+log = logging.getLogger("applier")
 
 
 @dataclass
@@ -63,27 +68,54 @@ def _note_pair(into: CycleInput, pair: Pair) -> None:
             into.begun_at[event.xid] = event.ts
 
 
-def read_cycle(refs: list[PairRef], validator: StreamValidator, *, check_rows: bool = True) -> CycleInput:
+def _checked_by_worker(check: Future[None] | None) -> bool:
+    """Whether a worker checked the pair's images; its refusal, if any, is raised here.
+
+    A worker that died (a broken pool) is not a verdict on the pair: the
+    driver then checks the pair itself.
+    """
+    if check is None:
+        return False
+    try:
+        check.result()
+    except IntermediateFileError:
+        raise
+    except Exception as e:
+        log.warning("checking in a worker failed (%s); checking in the driver", e)
+        return False
+    return True
+
+
+def read_cycle(
+    refs: list[PairRef], validator: StreamValidator, *, check_rows: bool = True, checker: PairChecker | None = None
+) -> CycleInput:
     """Read and check the planned pairs in order, stopping at the first refused one.
 
     Args:
         refs: the planned pairs.
         validator: the stream state, advanced past every accepted pair.
         check_rows: check row images (off when re-reading pairs checked before).
+        checker: worker processes that check row images of large cycles.
 
     Returns:
         The accepted pairs and their transactions; ``refused`` holds the error
         that stopped the reading, to be raised once the accepted part is applied.
     """
     result = CycleInput()
-    for ref in refs:
-        try:
-            pair = read_pair(ref, check_rows=check_rows)
-            validator.check(pair)
-        except IntermediateFileError as e:
-            result.refused = e
-            break
-        _note_pair(result, pair)
+    checks = checker.submit(refs) if checker is not None and check_rows else {}
+    try:
+        for ref in refs:
+            try:
+                checked = _checked_by_worker(checks.get(ref.seq))
+                pair = read_pair(ref, check_rows=check_rows and not checked)
+                validator.check(pair)
+            except IntermediateFileError as e:
+                result.refused = e
+                break
+            _note_pair(result, pair)
+    finally:
+        for pending in checks.values():
+            pending.cancel()
     return result
 
 

@@ -23,6 +23,7 @@ from typing import Any
 
 from applier.config import Config
 from applier.engine.buffers import TransactionBuffers
+from applier.engine.checking import PairChecker
 from applier.engine.checkpoint import Checkpoint, CheckpointStore, Intent
 from applier.engine.reading import CycleInput, buffer_open_rows, read_cycle
 from applier.engine.report import CycleReport, append_report
@@ -63,6 +64,7 @@ class Applier:
             config.spill_dir, config.configuration_name, config.apply.buffer_size_for_split_records
         )
         self.report_path = config.work_dir / "cycles.jsonl"
+        self.checker = PairChecker()
 
     def run(self, max_cycles: int = 0, on_cycle: Callable[[CycleReport], None] | None = None) -> RunSummary:
         """Apply cycles until caught up, or ``max_cycles`` cycles (0: no limit).
@@ -90,6 +92,7 @@ class Applier:
             # Open transactions are rebuilt by re-reading at the next start; their
             # spill files would be deleted then anyway, so none outlives the run.
             self.buffers.close()
+            self.checker.close()
         summary.checkpoint = checkpoint
         return summary
 
@@ -134,7 +137,7 @@ class Applier:
                 raise gap
             return None
         started = time.perf_counter()
-        cycle = read_cycle(refs, validator)
+        cycle = read_cycle(refs, validator, checker=self.checker)
         cycle.read_seconds = time.perf_counter() - started
         if not cycle.pairs:
             assert cycle.refused is not None
