@@ -28,8 +28,8 @@ from applier.engine.checkpoint import Checkpoint, CheckpointStore, Intent
 from applier.engine.reading import CycleInput, buffer_open_rows, read_cycle
 from applier.engine.report import CycleReport, append_report
 from applier.engine.sparkapply import apply_committed
-from applier.errors import IntermediateFileError
-from applier.intermediate.pairs import PairRef, list_pairs
+from applier.errors import GapError, IntermediateFileError
+from applier.intermediate.pairs import PairRef, list_pairs, pair_name
 from applier.intermediate.stream import StreamValidator
 from applier.planner import plan_cycle
 from applier.targets import Target
@@ -190,6 +190,7 @@ class Applier:
 
 
 def _pairs_of_intent(available: tuple[PairRef, ...], intent: Intent, config: Config) -> list[PairRef]:
+    """Exactly the pairs an unfinished cycle took, so its re-run applies the same changes."""
     by_seq = {p.seq: p for p in available}
     missing = [s for s in intent.seqs if s not in by_seq]
     if missing:
@@ -198,9 +199,7 @@ def _pairs_of_intent(available: tuple[PairRef, ...], intent: Intent, config: Con
 
 
 def _missing(seq: int, config: Config) -> IntermediateFileError:
-    from applier.errors import GapError
-    from applier.intermediate.pairs import pair_name
-
+    """The error for a pair a resume needs (removed too early by retention, say)."""
     name = pair_name(seq)
     return GapError(
         config.intermediate_dir / name,
