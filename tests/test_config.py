@@ -61,6 +61,7 @@ def test_the_config_is_frozen(tmp_path: Path) -> None:
     ("override", "key", "says"),
     [
         ("configuration_name=has-dash", "configuration_name", "[A-Za-z0-9_]+"),
+        ("configuration_name=_hidden", "configuration_name", "not starting with '_'"),
         ("apply.process_intermediate_size_per_job=-1", "apply.process_intermediate_size_per_job", ">= 0"),
         ("apply.process_intermediate_size_per_job=lots", "apply.process_intermediate_size_per_job", ">= 0"),
         ("apply.buffer_size_for_split_records=0", "apply.buffer_size_for_split_records", ">= 1"),

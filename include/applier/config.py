@@ -24,7 +24,9 @@ from applier.errors import ConfigError
 from applier.intermediate.pairs import MIB
 
 TARGET_TYPES = ("delta",)
-_NAME = re.compile(r"[A-Za-z0-9_]+")
+# Letters, digits and underscores, not first: the name starts spill file names,
+# and Spark silently skips files whose names start with "_".
+_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_]*")
 _SPARK_CONF = "spark.conf"
 
 
@@ -81,7 +83,7 @@ class Config:
 
 def _name(key: str, v: Any) -> str:
     if not isinstance(v, str) or not _NAME.fullmatch(v):
-        raise ConfigError(key, v, "use letters, digits and underscores only ([A-Za-z0-9_]+)")
+        raise ConfigError(key, v, "use letters, digits and underscores ([A-Za-z0-9_]+), not starting with '_'")
     return v
 
 
