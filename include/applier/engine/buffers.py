@@ -143,7 +143,7 @@ def _normalised(rows: pa.Table) -> pa.Table:
     return selected if selected.schema.equals(DAT_SCHEMA) else selected.cast(DAT_SCHEMA)
 
 
-def _row_bytes(rows: pa.Table) -> pa.Array:
+def row_bytes(rows: pa.Table) -> pa.Array:
     """Per row: 8 for the lsn plus the UTF-8 length of each string column (null counts 0)."""
     total: pa.Array | pa.Scalar = pa.scalar(_LSN_BYTES, pa.int64())
     for name in _STRING_COLUMNS:
@@ -164,7 +164,7 @@ def _groups(rows: pa.Table) -> list[tuple[str, pa.Array, int]]:
         sorted_xids = sorted_xids.combine_chunks()
     runs = pc.run_end_encode(sorted_xids, run_end_type=pa.int64())
     ends: list[int] = runs.run_ends.to_pylist()
-    cumulative = pc.cumulative_sum(pc.take(_row_bytes(rows), order))
+    cumulative = pc.cumulative_sum(pc.take(row_bytes(rows), order))
     totals: list[int] = pc.take(cumulative, pc.subtract(runs.run_ends, 1)).to_pylist()
     groups: list[tuple[str, pa.Array, int]] = []
     start, counted = 0, 0

@@ -9,8 +9,10 @@ Spark reads the ``.dat`` files itself for the committed ones.
 from __future__ import annotations
 
 import logging
+from collections.abc import Iterator
 from concurrent.futures import Future
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -18,8 +20,9 @@ import pyarrow.parquet as pq
 
 from applier.engine.buffers import TransactionBuffers
 from applier.engine.checking import PairChecker
-from applier.errors import IntermediateFileError
-from applier.intermediate.pairs import PairRef
+from applier.engine.checkpoint import Checkpoint
+from applier.errors import GapError, IntermediateFileError
+from applier.intermediate.pairs import PairRef, list_pairs, pair_name
 from applier.intermediate.reader import Pair, read_pair
 from applier.intermediate.stream import StreamValidator
 
@@ -119,16 +122,65 @@ def read_cycle(
     return result
 
 
-def buffer_open_rows(cycle: CycleInput, still_open: set[str], buffers: TransactionBuffers) -> None:
-    """Put the cycle's rows of transactions still open after it into the buffers.
+def open_rows(cycle: CycleInput, xids: set[str]) -> Iterator[tuple[int, pa.Table]]:
+    """The rows of ``xids`` in the cycle's pairs, pair by pair as ``(seq, rows)``.
 
     Each pair holding such rows is read again with a filter on the xid, one
-    pair at a time, so memory stays bounded by a pair and the buffers.
+    pair at a time, so memory stays bounded by a pair.
     """
     for ref in cycle.pairs:
-        wanted = cycle.xids_by_seq.get(ref.seq, set()) & still_open
+        wanted = cycle.xids_by_seq.get(ref.seq, set()) & xids
         if not wanted:
             continue
         rows = pq.read_table(ref.dat_path, columns=["lsn", "xid", "table", "op", "before", "after"])
-        rows = rows.filter(pc.is_in(rows["xid"], value_set=pa.array(sorted(wanted), pa.string())))
-        buffers.add(rows, seq=ref.seq)
+        yield ref.seq, rows.filter(pc.is_in(rows["xid"], value_set=pa.array(sorted(wanted), pa.string())))
+
+
+def buffer_open_rows(cycle: CycleInput, still_open: set[str], buffers: TransactionBuffers) -> None:
+    """Put the cycle's rows of transactions still open after it into the buffers."""
+    for seq, rows in open_rows(cycle, still_open):
+        buffers.add(rows, seq=seq)
+
+
+def missing_pair_error(directory: Path, seq: int) -> GapError:
+    """The error for a pair a resume needs (removed too early by retention, say)."""
+    name = pair_name(seq)
+    return GapError(
+        directory / name,
+        seq,
+        "pair-missing",
+        f"pair {name} is needed to resume (restart or unfinished cycle) but is not there",
+    )
+
+
+def reread_window(directory: Path, checkpoint: Checkpoint) -> tuple[StreamValidator, CycleInput]:
+    """Re-read ``restart_seq .. applied_seq``, as a restart does, to learn the open transactions.
+
+    The pairs were checked when they were applied, so images are not checked
+    again and the validator trusts them.
+
+    Returns:
+        The validator, advanced to ``applied_seq``, and what the window holds
+        (empty when no transaction was open).
+
+    Raises:
+        GapError: a pair of the window is missing.
+        IntermediateFileError: a pair of the window no longer reads as it did.
+    """
+    rereading = checkpoint.restart_seq <= checkpoint.applied_seq
+    validator = StreamValidator(
+        tables=checkpoint.tables,
+        last_lsn=None if rereading else checkpoint.last_lsn,
+        trusted_through_seq=checkpoint.applied_seq,
+    )
+    if not rereading:
+        return validator, CycleInput()
+    listing = list_pairs(directory, checkpoint.restart_seq)
+    window = [p for p in listing.pairs if p.seq <= checkpoint.applied_seq]
+    if len(window) != checkpoint.applied_seq - checkpoint.restart_seq + 1:
+        gap = listing.gap_error()
+        raise gap if gap is not None else missing_pair_error(directory, checkpoint.restart_seq + len(window))
+    reread = read_cycle(window, validator, check_rows=False)
+    if reread.refused is not None:
+        raise reread.refused
+    return validator, reread

@@ -25,11 +25,10 @@ from applier.config import Config
 from applier.engine.buffers import TransactionBuffers
 from applier.engine.checking import PairChecker
 from applier.engine.checkpoint import Checkpoint, CheckpointStore, Intent
-from applier.engine.reading import CycleInput, buffer_open_rows, read_cycle
+from applier.engine.reading import CycleInput, buffer_open_rows, missing_pair_error, read_cycle, reread_window
 from applier.engine.report import CycleReport, append_report
 from applier.engine.sparkapply import apply_committed
-from applier.errors import GapError, IntermediateFileError
-from applier.intermediate.pairs import PairRef, list_pairs, pair_name
+from applier.intermediate.pairs import PairRef, list_pairs
 from applier.intermediate.stream import StreamValidator
 from applier.planner import plan_cycle
 from applier.targets import Target
@@ -98,29 +97,15 @@ class Applier:
 
     def _rebuild(self, checkpoint: Checkpoint) -> StreamValidator:
         """Re-read ``restart_seq .. applied_seq`` to put open transactions back in the buffers."""
-        rereading = checkpoint.restart_seq <= checkpoint.applied_seq
-        validator = StreamValidator(
-            tables=checkpoint.tables,
-            last_lsn=None if rereading else checkpoint.last_lsn,
-            trusted_through_seq=checkpoint.applied_seq,
-        )
-        if not rereading:
-            return validator
-        listing = list_pairs(self.config.intermediate_dir, checkpoint.restart_seq)
-        window = [p for p in listing.pairs if p.seq <= checkpoint.applied_seq]
-        if len(window) != checkpoint.applied_seq - checkpoint.restart_seq + 1:
-            gap = listing.gap_error()
-            raise gap if gap is not None else _missing(checkpoint.restart_seq + len(window), self.config)
-        reread = read_cycle(window, validator, check_rows=False)
-        if reread.refused is not None:
-            raise reread.refused
-        buffer_open_rows(reread, set(validator.state.open_xids), self.buffers)
-        log.info(
-            "rebuilt %d open transactions from pairs %d..%d",
-            len(validator.state.open_xids),
-            checkpoint.restart_seq,
-            checkpoint.applied_seq,
-        )
+        validator, reread = reread_window(self.config.intermediate_dir, checkpoint)
+        if reread.pairs:
+            buffer_open_rows(reread, set(validator.state.open_xids), self.buffers)
+            log.info(
+                "rebuilt %d open transactions from pairs %d..%d",
+                len(validator.state.open_xids),
+                checkpoint.restart_seq,
+                checkpoint.applied_seq,
+            )
         return validator
 
     def _next_cycle(self, checkpoint: Checkpoint, validator: StreamValidator) -> CycleInput | None:
@@ -194,16 +179,5 @@ def _pairs_of_intent(available: tuple[PairRef, ...], intent: Intent, config: Con
     by_seq = {p.seq: p for p in available}
     missing = [s for s in intent.seqs if s not in by_seq]
     if missing:
-        raise _missing(missing[0], config)
+        raise missing_pair_error(config.intermediate_dir, missing[0])
     return [by_seq[s] for s in intent.seqs]
-
-
-def _missing(seq: int, config: Config) -> IntermediateFileError:
-    """The error for a pair a resume needs (removed too early by retention, say)."""
-    name = pair_name(seq)
-    return GapError(
-        config.intermediate_dir / name,
-        seq,
-        "pair-missing",
-        f"pair {name} is needed to resume (restart or unfinished cycle) but is not there",
-    )

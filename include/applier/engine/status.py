@@ -11,14 +11,14 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
-import pyarrow.parquet as pq
+import pyarrow as pa
 
 from applier.config import Config
+from applier.engine.buffers import row_bytes
 from applier.engine.checkpoint import Checkpoint, CheckpointStore
-from applier.engine.reading import read_cycle
+from applier.engine.reading import open_rows, reread_window
 from applier.engine.report import last_report
 from applier.intermediate.pairs import list_pairs
-from applier.intermediate.stream import StreamValidator
 
 
 @dataclass
@@ -43,26 +43,23 @@ class Status:
 
 
 def _open_transactions(config: Config, checkpoint: Checkpoint) -> list[OpenTxnStatus]:
-    listing = list_pairs(config.intermediate_dir, checkpoint.restart_seq)
-    window = [p for p in listing.pairs if p.seq <= checkpoint.applied_seq]
-    validator = StreamValidator(tables=checkpoint.tables, trusted_through_seq=checkpoint.applied_seq)
-    read = read_cycle(window, validator, check_rows=False)
-    if read.refused is not None:
-        raise read.refused
+    """The transactions a restart would rebuild, sized by the buffers' own byte rule."""
+    validator, reread = reread_window(config.intermediate_dir, checkpoint)
     open_xids = validator.state.open_xids
     rows: Counter[str] = Counter()
     sizes: Counter[str] = Counter()
-    for ref in read.pairs:
-        if not read.xids_by_seq.get(ref.seq, set()) & open_xids.keys():
-            continue
-        data = pq.read_table(ref.dat_path, columns=["xid", "before", "after"])
-        for xid, before, after in zip(*(data[c].to_pylist() for c in ("xid", "before", "after")), strict=True):
-            if xid in open_xids:
-                rows[xid] += 1
-                sizes[xid] += len(before or "") + len(after or "")
+    for _, batch in open_rows(reread, set(open_xids)):
+        sums = (
+            pa.table({"xid": batch["xid"], "bytes": row_bytes(batch)})
+            .group_by("xid")
+            .aggregate([("bytes", "count"), ("bytes", "sum")])
+        )
+        for xid, count, size in zip(*(sums[c].to_pylist() for c in ("xid", "bytes_count", "bytes_sum")), strict=True):
+            rows[xid] += count
+            sizes[xid] += size
     limit = config.apply.buffer_size_for_split_records
     return [
-        OpenTxnStatus(x, rows[x], sizes[x], s, read.begun_at.get(x), sizes[x] > limit)
+        OpenTxnStatus(x, rows[x], sizes[x], s, reread.begun_at.get(x), sizes[x] > limit)
         for x, s in sorted(open_xids.items())
     ]
 
