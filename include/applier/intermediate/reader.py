@@ -13,7 +13,7 @@ import json
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeGuard
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -90,7 +90,7 @@ class Pair:
         return (min(lsns), max(lsns)) if lsns else None
 
 
-def _is_int(v: Any) -> bool:
+def _is_int(v: Any) -> TypeGuard[int]:
     return isinstance(v, int) and not isinstance(v, bool)
 
 
@@ -143,7 +143,7 @@ def _parse_event(ref: PairRef, number: int, line: str) -> Event:
     xid, lsn, ts = raw.get("xid"), raw.get("lsn"), raw.get("ts")
     if not isinstance(xid, str) or not xid:
         raise _corrupt(ref, ref.trn_path, "event-invalid", f"{where}: xid {xid!r} is not a non-empty string")
-    if not isinstance(lsn, int) or isinstance(lsn, bool):
+    if not _is_int(lsn):
         raise _corrupt(ref, ref.trn_path, "event-invalid", f"{where}: lsn {lsn!r} is not an integer")
     if not isinstance(ts, str) or not _TS_TEXT.fullmatch(ts):
         raise _corrupt(ref, ref.trn_path, "event-invalid", f"{where}: ts {ts!r} is not ISO 8601 UTC with Z")
