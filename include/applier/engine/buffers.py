@@ -30,6 +30,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from applier.engine.touches import Truncate, table_touches, truncate_rows
 from applier.intermediate.writer import DAT_SCHEMA
 
 SPILL_SUFFIX = ".spill"
@@ -103,7 +104,8 @@ class BufferedTxn:
     Exactly one of ``memory`` and ``spill_path`` is set: a transaction that
     never spilled comes back as an Arrow table; one that spilled comes back as
     a closed Parquet file holding all its rows (the remainder is flushed on take).
-    Rows are in ``lsn`` order with the ``.dat`` columns.
+    Rows are in ``lsn`` order with the ``.dat`` columns. ``tables`` are the
+    tables its rows change and ``truncates`` its ``T`` rows as ``(table, lsn)``.
     """
 
     xid: str
@@ -113,6 +115,8 @@ class BufferedTxn:
     memory: pa.Table | None
     spill_path: Path | None
     spill_bytes: int
+    tables: frozenset[str] = frozenset()
+    truncates: tuple[Truncate, ...] = ()
 
 
 @dataclass
@@ -125,6 +129,8 @@ class _Txn:
     memory_bytes: int = 0
     path: Path | None = None
     writer: pq.ParquetWriter | None = None
+    tables: set[str] = field(default_factory=set)
+    truncates: list[Truncate] = field(default_factory=list)
 
 
 def _file_size(path: Path) -> int:
@@ -260,6 +266,10 @@ class TransactionBuffers:
             self._memory_bytes += nbytes
             if txn.memory_bytes > self._buffer_size:
                 self._flush(txn)
+        for xid, table in table_touches(rows):
+            self._open[xid].tables.add(table)
+        for xid, truncate in truncate_rows(rows):
+            self._open[xid].truncates.append(truncate)
 
     def take(self, xid: str) -> BufferedTxn | None:
         """Hand over the rows of a transaction that committed.
@@ -287,7 +297,11 @@ class TransactionBuffers:
         else:
             memory = pa.concat_tables(txn.chunks)
             self._memory_bytes -= txn.memory_bytes
-        return BufferedTxn(xid, txn.rows, txn.bytes, txn.first_seen, memory, txn.path, spill_bytes)
+        return BufferedTxn(
+            *(xid, txn.rows, txn.bytes, txn.first_seen, memory, txn.path, spill_bytes),
+            tables=frozenset(txn.tables),
+            truncates=tuple(txn.truncates),
+        )
 
     def release(self, xid: str) -> None:
         """Delete the spill file of a taken transaction once the target committed it (idempotent).

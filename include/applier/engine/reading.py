@@ -21,6 +21,7 @@ import pyarrow.parquet as pq
 from applier.engine.buffers import TransactionBuffers
 from applier.engine.checking import PairChecker
 from applier.engine.checkpoint import Checkpoint
+from applier.engine.touches import Truncate, table_touches, truncate_rows
 from applier.errors import GapError, IntermediateFileError
 from applier.intermediate.pairs import PairRef, list_pairs, pair_name
 from applier.intermediate.reader import Pair, read_pair
@@ -41,6 +42,8 @@ class CycleInput:
         refused: the error of the pair that cut the cycle short, if any.
         xids_by_seq: for each pair, the xids that have rows in it.
         begun_at: xid -> source time (``ts``) of the begins in these pairs.
+        tables_of: xid -> the tables its rows in these pairs change.
+        truncates: ``(xid, (table, lsn))`` of every ``T`` row in these pairs.
         read_seconds: how long reading and checking the pairs took.
     """
 
@@ -51,6 +54,8 @@ class CycleInput:
     refused: IntermediateFileError | None = None
     xids_by_seq: dict[int, set[str]] = field(default_factory=dict)
     begun_at: dict[str, str] = field(default_factory=dict)
+    tables_of: dict[str, set[str]] = field(default_factory=dict)
+    truncates: list[tuple[str, Truncate]] = field(default_factory=list)
     read_seconds: float = 0.0
 
     @property
@@ -62,6 +67,9 @@ def _note_pair(into: CycleInput, pair: Pair) -> None:
     into.pairs.append(pair.ref)
     into.rows_read += pair.data.num_rows
     into.xids_by_seq[pair.seq] = set(pc.unique(pair.data["xid"]).to_pylist())
+    for xid, table in table_touches(pair.data):
+        into.tables_of.setdefault(xid, set()).add(table)
+    into.truncates.extend(truncate_rows(pair.data))
     for event in pair.events:
         if event.record == "commit":
             into.commits[event.xid] = event.lsn

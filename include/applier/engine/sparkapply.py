@@ -2,8 +2,8 @@
 
 Spark reads the cycle's ``.dat`` files and the buffered rows of the
 transactions committed in the cycle (memory batches and closed spill files),
-keeps the committed rows, and compiles each table's net changes, which the
-target applies in one commit per table tagged with the cycle.
+keeps the committed rows, and compiles every table's net changes in one job;
+the target applies them in one commit per table tagged with the cycle.
 """
 
 from __future__ import annotations
@@ -17,14 +17,15 @@ import pyarrow as pa
 
 from applier.engine.buffers import BufferedTxn
 from applier.engine.changes import TableChanges
-from applier.engine.compile import committed_rows, compile_table_at, tables_and_truncates
+from applier.engine.compile import committed_rows, compile_cycle
 from applier.engine.reading import CycleInput
 from applier.engine.report import CycleReport
+from applier.engine.touches import last_truncates
 from applier.intermediate.schema import TableDef
 from applier.targets import Target
 
-# Tables compiled and committed at once: enough to overlap Spark's per-job
-# overhead and delta-rs commits, few enough not to crowd a small driver.
+# Tables committed at once: delta-rs commits of different tables are
+# independent and release the GIL; few enough not to crowd a small driver.
 _TABLE_THREADS = 4
 DAT_DDL = "lsn long, xid string, `table` string, op string, before string, after string"
 
@@ -58,12 +59,12 @@ def apply_committed(
     tables: Mapping[str, TableDef],
     report: CycleReport,
 ) -> dict[str, tuple[bool, int]]:
-    """Compile and apply the cycle's committed transactions, several tables at once.
+    """Compile and apply the cycle's committed transactions.
 
-    Tables are independent, so their compilations (Spark jobs) and commits
-    (delta-rs) run side by side on a few threads; a failure of one stops the
-    cycle before its checkpoint, and tables already committed skip the cycle
-    when it is re-run.
+    One Spark job compiles every table's net changes; then the tables are
+    committed side by side on a few threads (delta-rs commits are independent
+    per table). A failure of one stops the cycle before its checkpoint, and
+    tables already committed skip the cycle when it is re-run.
 
     Returns:
         For each table changed: whether it was truncated, and the change in its
@@ -76,24 +77,23 @@ def apply_committed(
         if rows is None:
             return {}
         commits = spark.createDataFrame(sorted(cycle.commits.items()), "xid string, commit_lsn long")
-        committed = committed_rows(rows, commits).persist()
-        truncates = tables_and_truncates(committed)
+        touched = set().union(*(cycle.tables_of.get(xid, set()) for xid in cycle.commits))
+        touched.update(*(t.tables for t in taken.values()))
+        truncates = last_truncates(
+            cycle.commits, [*cycle.truncates, *((t.xid, at) for t in taken.values() for at in t.truncates)]
+        )
+        compiled = compile_cycle(committed_rows(rows, commits), tables, truncates, touched)
 
     def one_table(name: str) -> tuple[str, TableChanges, bool, dict[str, float]]:
         started = time.perf_counter()
-        changes = compile_table_at(committed.filter(committed["table"] == name), tables[name], truncates[name])
-        compiled = time.perf_counter()
+        changes = compiled[name]
         skipped = target.committed_cycle(name) >= cycle_id
         if not skipped:
             target.apply(cycle_id, changes)
-        seconds = {"compile": round(compiled - started, 3), "apply": round(time.perf_counter() - compiled, 3)}
-        return name, changes, skipped, seconds
+        return name, changes, skipped, {"apply": round(time.perf_counter() - started, 3)}
 
-    try:
-        with report.phase("tables"), ThreadPoolExecutor(max_workers=_TABLE_THREADS) as pool:
-            results = list(pool.map(one_table, sorted(truncates)))
-    finally:
-        committed.unpersist()
+    with report.phase("tables"), ThreadPoolExecutor(max_workers=_TABLE_THREADS) as pool:
+        results = list(pool.map(one_table, sorted(compiled)))
     return {name: _record(report, name, changes, skipped, seconds) for name, changes, skipped, seconds in results}
 
 

@@ -1,0 +1,54 @@
+"""Which tables each transaction touches, and where it truncates, from a batch of rows.
+
+The driver reads every row once (to check it), so it learns these cheaply with
+pyarrow. The compiler needs them before Spark reads the rows again: the tables
+a cycle changes decide what is compiled, and each table's last truncate decides
+which of its rows still take effect.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+Truncate = tuple[str, int]
+"""A ``T`` row of a transaction: ``(table, lsn)``."""
+
+
+def table_touches(rows: pa.Table) -> list[tuple[str, str]]:
+    """The distinct ``(xid, table)`` pairs of a batch of ``.dat`` rows."""
+    if rows.num_rows == 0:
+        return []
+    distinct = rows.select(["xid", "table"]).group_by(["xid", "table"], use_threads=False).aggregate([])
+    return list(zip(distinct.column("xid").to_pylist(), distinct.column("table").to_pylist(), strict=True))
+
+
+def truncate_rows(rows: pa.Table) -> list[tuple[str, Truncate]]:
+    """The ``T`` rows of a batch as ``(xid, (table, lsn))``."""
+    if rows.num_rows == 0:
+        return []
+    found = rows.filter(pc.equal(rows.column("op"), "T"))
+    columns = (found.column(name).to_pylist() for name in ("xid", "table", "lsn"))
+    return [(xid, (table, lsn)) for xid, table, lsn in zip(*columns, strict=True)]
+
+
+def last_truncates(
+    commits: Mapping[str, int], truncates: Iterable[tuple[str, Truncate]]
+) -> dict[str, tuple[int, int]]:
+    """Each table's last truncate among committed transactions, as its position ``(commit_lsn, lsn)``.
+
+    Args:
+        commits: xid -> commit lsn of the committed transactions.
+        truncates: ``(xid, (table, lsn))`` of ``T`` rows; those of other xids are ignored.
+
+    Returns:
+        ``{table: (commit_lsn, lsn)}`` for every table a committed transaction truncates.
+    """
+    last: dict[str, tuple[int, int]] = {}
+    for xid, (table, lsn) in truncates:
+        commit_lsn = commits.get(xid)
+        if commit_lsn is not None:
+            last[table] = max(last.get(table, (commit_lsn, lsn)), (commit_lsn, lsn))
+    return last
