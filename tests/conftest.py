@@ -49,3 +49,12 @@ def spark() -> Iterator[SparkSession]:
     session.sparkContext.setLogLevel("ERROR")
     yield session
     session.stop()
+
+
+@pytest.fixture
+def pg_url() -> Iterator[str]:
+    """A new, empty PostgreSQL database for one test (see tests/pg_support.py), dropped after it."""
+    from pg_support import fresh_database
+
+    with fresh_database() as url:
+        yield url

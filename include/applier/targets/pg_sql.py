@@ -1,0 +1,186 @@
+"""The SQL the PostgreSQL target runs, built from table definitions (pure; no connection).
+
+Every identifier goes through :class:`psycopg.sql.Identifier` (quoted, with
+embedded quotes doubled) and every value read from intermediate files travels
+as COPY data or a bound parameter, never as SQL text.
+
+Net changes reach a table through a *staging table*: an unlogged copy of the
+table's columns plus ``__op`` (``U`` for a net insert or update with the final
+row, ``D`` for a net delete with the key) for a keyed table, or ``__id`` (the
+row value's number) and ``__n`` (the signed copy count) for a table without a
+key. The statements below then apply a staging table set-wise.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+from psycopg import sql
+
+from applier.intermediate.schema import Column, TableDef, decimal_precision_scale
+
+OP = "__op"
+ROW_ID = "__id"
+COUNT = "__n"
+STAGING_SCHEMA = "applier_staging"
+CHECKPOINT_TABLE = "applier_checkpoint"
+CHECKPOINT_COLUMNS = ("configuration_name", "cycle_id", "applied_seq", "applied_commit_lsn", "restart_seq")
+
+_SIMPLE_TYPES = {
+    "boolean": "boolean",
+    "int": "integer",
+    "bigint": "bigint",
+    "double": "double precision",
+    "string": "text",
+    "date": "date",
+    "timestamp": "timestamptz",
+    "binary": "bytea",
+}
+
+
+def pg_type(type_name: str) -> str:
+    """The PostgreSQL type of a spec column type (``decimal(p,s)`` -> ``numeric(p,s)``).
+
+    Raises:
+        ValueError: the spec has no such type.
+    """
+    ps = decimal_precision_scale(type_name)
+    if ps is not None:
+        return f"numeric({ps[0]},{ps[1]})"
+    try:
+        return _SIMPLE_TYPES[type_name]
+    except KeyError:
+        raise ValueError(f"unknown column type {type_name!r}") from None
+
+
+def target_table(table: TableDef, schema_map: Mapping[str, str]) -> sql.Identifier:
+    """The target table of a source table: its schema mapped (or kept), its name kept."""
+    return sql.Identifier(schema_map.get(table.schema_name, table.schema_name), table.table_name)
+
+
+def _columns(names: Sequence[str]) -> sql.Composed:
+    return sql.SQL(", ").join(sql.Identifier(n) for n in names)
+
+
+def _column_def(column: Column, *, nullable: bool) -> sql.Composed:
+    not_null = sql.SQL("") if nullable else sql.SQL(" NOT NULL")
+    return sql.SQL("{} {}{}").format(sql.Identifier(column.name), sql.SQL(pg_type(column.type)), not_null)
+
+
+def create_schema(name: str) -> sql.Composed:
+    return sql.SQL("CREATE SCHEMA IF NOT EXISTS {}").format(sql.Identifier(name))
+
+
+def create_table(ident: sql.Identifier, table: TableDef) -> sql.Composed:
+    """``CREATE TABLE IF NOT EXISTS`` with the columns, their nullability and the primary key."""
+    parts = [_column_def(c, nullable=c.nullable) for c in table.columns]
+    if table.primary_key:
+        parts.append(sql.SQL("PRIMARY KEY ({})").format(_columns(table.primary_key)))
+    return sql.SQL("CREATE TABLE IF NOT EXISTS {} ({})").format(ident, sql.SQL(", ").join(parts))
+
+
+def add_column(ident: sql.Identifier, column: Column) -> sql.Composed:
+    """Evolve a table by a nullable column; rows already there read it as null."""
+    return sql.SQL("ALTER TABLE {} ADD COLUMN IF NOT EXISTS {}").format(ident, _column_def(column, nullable=True))
+
+
+def staging_columns(table: TableDef) -> tuple[str, ...]:
+    """The staging table's columns, in COPY order."""
+    return (*table.column_names, OP) if table.primary_key else (ROW_ID, *table.column_names, COUNT)
+
+
+def create_staging(ident: sql.Identifier, table: TableDef) -> sql.Composed:
+    """An unlogged staging table for ``table``'s net changes (every column nullable)."""
+    parts = [_column_def(c, nullable=True) for c in table.columns]
+    if table.primary_key:
+        parts.append(sql.SQL("{} char(1) NOT NULL").format(sql.Identifier(OP)))
+    else:
+        parts.insert(0, sql.SQL("{} bigint NOT NULL").format(sql.Identifier(ROW_ID)))
+        parts.append(sql.SQL("{} bigint NOT NULL").format(sql.Identifier(COUNT)))
+    return sql.SQL("CREATE UNLOGGED TABLE {} ({})").format(ident, sql.SQL(", ").join(parts))
+
+
+def copy_into(ident: sql.Identifier, columns: Sequence[str]) -> sql.Composed:
+    return sql.SQL("COPY {} ({}) FROM STDIN (FORMAT csv)").format(ident, _columns(columns))
+
+
+def truncate(ident: sql.Identifier) -> sql.Composed:
+    return sql.SQL("TRUNCATE TABLE {}").format(ident)
+
+
+def _equal(left: str, right: str, column: Column) -> sql.Composed:
+    """``left.c = right.c``, null-safe for a nullable column."""
+    op = sql.SQL("IS NOT DISTINCT FROM" if column.nullable else "=")
+    return sql.SQL("{} {} {}").format(sql.Identifier(left, column.name), op, sql.Identifier(right, column.name))
+
+
+def delete_keyed(ident: sql.Identifier, stage: sql.Identifier, table: TableDef) -> sql.Composed:
+    """Delete the rows whose keys are staged as ``D``."""
+    match = sql.SQL(" AND ").join(_equal("t", "s", table.column(k)) for k in table.primary_key)
+    return sql.SQL("DELETE FROM {} AS t USING {} AS s WHERE s.{} = 'D' AND {}").format(
+        ident, stage, sql.Identifier(OP), match
+    )
+
+
+def upsert_keyed(ident: sql.Identifier, stage: sql.Identifier, table: TableDef) -> sql.Composed:
+    """Insert the rows staged as ``U``, or update the row holding the key (``INSERT … ON CONFLICT``)."""
+    others = [n for n in table.column_names if n not in table.primary_key]
+    sets = sql.SQL(", ").join(sql.SQL("{0} = EXCLUDED.{0}").format(sql.Identifier(n)) for n in others)
+    action = sql.SQL("DO UPDATE SET {}").format(sets) if others else sql.SQL("DO NOTHING").format()
+    return sql.SQL("INSERT INTO {} ({}) SELECT {} FROM {} WHERE {} = 'U' ON CONFLICT ({}) {}").format(
+        ident,
+        _columns(table.column_names),
+        _columns(table.column_names),
+        stage,
+        sql.Identifier(OP),
+        _columns(table.primary_key),
+        action,
+    )
+
+
+def delete_copies(ident: sql.Identifier, stage: sql.Identifier, table: TableDef) -> sql.Composed:
+    """Delete exactly ``-__n`` matching rows for each row value staged with a negative count.
+
+    Rows of a table without a key have no identity: any ``-__n`` of the equal
+    rows go (numbered per staged value by ``ctid``), never more.
+    """
+    match = sql.SQL(" AND ").join(_equal("t", "s", c) for c in table.columns)
+    return sql.SQL(
+        "DELETE FROM {target} AS t USING ("
+        "SELECT m.ctid AS row_ctid FROM ("
+        "SELECT t.ctid, s.{n} AS n, row_number() OVER (PARTITION BY s.{id} ORDER BY t.ctid) AS copy "
+        "FROM {target} AS t JOIN {stage} AS s ON {match} WHERE s.{n} < 0"
+        ") AS m WHERE m.copy <= -m.n"
+        ") AS d WHERE t.ctid = d.row_ctid"
+    ).format(target=ident, stage=stage, match=match, n=sql.Identifier(COUNT), id=sql.Identifier(ROW_ID))
+
+
+def insert_copies(ident: sql.Identifier, stage: sql.Identifier, table: TableDef) -> sql.Composed:
+    """Insert ``__n`` copies of each row value staged with a positive count."""
+    columns = sql.SQL(", ").join(sql.Identifier("s", n) for n in table.column_names)
+    return sql.SQL(
+        "INSERT INTO {} ({}) SELECT {} FROM {} AS s CROSS JOIN LATERAL generate_series(1, s.{}) WHERE s.{} > 0"
+    ).format(ident, _columns(table.column_names), columns, stage, sql.Identifier(COUNT), sql.Identifier(COUNT))
+
+
+def create_checkpoint_table() -> sql.Composed:
+    """The checkpoint table: one row per configuration, written in each cycle's transaction."""
+    return sql.SQL(
+        "CREATE TABLE IF NOT EXISTS {} ("
+        "configuration_name text PRIMARY KEY, cycle_id bigint NOT NULL, applied_seq bigint NOT NULL, "
+        "applied_commit_lsn bigint NOT NULL, restart_seq bigint NOT NULL, committed_at timestamptz NOT NULL)"
+    ).format(sql.Identifier(CHECKPOINT_TABLE))
+
+
+def upsert_checkpoint() -> sql.Composed:
+    """Record a cycle; parameters in :data:`CHECKPOINT_COLUMNS` order."""
+    return sql.SQL(
+        "INSERT INTO {} ({}, committed_at) VALUES (%s, %s, %s, %s, %s, now()) "
+        "ON CONFLICT (configuration_name) DO UPDATE SET cycle_id = EXCLUDED.cycle_id, "
+        "applied_seq = EXCLUDED.applied_seq, applied_commit_lsn = EXCLUDED.applied_commit_lsn, "
+        "restart_seq = EXCLUDED.restart_seq, committed_at = EXCLUDED.committed_at"
+    ).format(sql.Identifier(CHECKPOINT_TABLE), _columns(CHECKPOINT_COLUMNS))
+
+
+def committed_cycle() -> sql.Composed:
+    return sql.SQL("SELECT cycle_id FROM {} WHERE configuration_name = %s").format(sql.Identifier(CHECKPOINT_TABLE))

@@ -1,0 +1,339 @@
+"""The PostgreSQL target: staged bulk loads, at most ``threads`` load connections, one commit per cycle.
+
+A cycle reaches PostgreSQL in two steps:
+
+1. **Load.** Each table's net changes are COPYed into an unlogged staging
+   table (``applier_staging.<configuration>_<n>``) on one of ``threads`` load
+   connections, in batches of at most ``threads`` tables. Tables waiting for a
+   connection keep their rows in memory up to ``buffer_size`` bytes and beyond
+   it in ``<spill_dir>/<configuration>_<table id>.spill``, removed once the
+   cycle commits. Staging tables are committed as they load, but no target
+   table changes yet.
+2. **Apply.** One transaction on the first connection creates or evolves the
+   tables, applies every staging table set-wise (truncate; delete; insert or
+   update; copies of keyless rows) and writes the checkpoint row
+   (``applier_checkpoint``). Its commit is the cycle's commit: a crash before
+   it leaves no trace in the target tables, after it the checkpoint row says
+   the cycle is in, so a re-run skips it (exactly once, with no collision
+   handling).
+
+Every identifier is quoted and every value travels as COPY data or a bound
+parameter. Messages never carry the connection password.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import time
+from collections.abc import Iterator, Mapping
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import pyarrow as pa
+from psycopg import sql
+
+from applier.engine.changes import TableChanges
+from applier.errors import TargetError
+from applier.intermediate.schema import TableDef, check_table_name
+from applier.targets import pg_sql as q
+from applier.targets.pg_load import csv_bytes, read_batches, staging_rows, table_id, write_spill
+
+log = logging.getLogger(__name__)
+
+_MAX_IDENTIFIER = 63
+_LINE = re.compile(r"line (\d+)")
+
+
+def redacted(url: str) -> str:
+    """The connection string without its password, for messages and logs."""
+    try:
+        params = psycopg.conninfo.conninfo_to_dict(url)
+    except psycopg.Error:
+        return "<unparsable connection string>"
+    params.pop("password", None)
+    return psycopg.conninfo.make_conninfo(**{k: str(v) for k, v in params.items()})
+
+
+@dataclass
+class CycleLoad:
+    """What loading and committing one cycle did (for the cycle report)."""
+
+    skipped: bool = False
+    batches: list[list[str]] = field(default_factory=list)
+    spill_created: list[dict[str, Any]] = field(default_factory=list)
+    spill_removed: list[dict[str, Any]] = field(default_factory=list)
+    seconds: dict[str, float] = field(default_factory=dict)
+
+
+@dataclass
+class _Staged:
+    table: TableDef
+    stage: sql.Identifier
+    source: pa.Table | Path
+    rows: int
+    truncate: bool
+
+
+class PostgresTarget:
+    """Applies cycles to one PostgreSQL database.
+
+    Args:
+        url: a libpq connection string or URI (the password, if any, is never shown).
+        configuration_name: names the checkpoint row, staging tables and spill files.
+        schema_map: source schema -> target schema (unmapped schemas keep their name).
+        threads: load connections allowed (at least 1).
+        spill_dir: where tables waiting for a connection spill.
+        buffer_size: bytes a waiting table keeps in memory before it spills.
+    """
+
+    def __init__(
+        self,
+        url: str,
+        configuration_name: str,
+        *,
+        schema_map: Mapping[str, str] | None = None,
+        threads: int = 1,
+        spill_dir: Path,
+        buffer_size: int = 1_048_576,
+    ) -> None:
+        if threads < 1:
+            raise ValueError(f"threads must be at least 1, got {threads}")
+        self._url = url
+        self._name = configuration_name
+        self._schema_map = dict(schema_map or {})
+        self._threads = threads
+        self._spill_dir = Path(spill_dir)
+        self._buffer_size = buffer_size
+        self._connections: list[psycopg.Connection[Any]] = []
+
+    # ------------------------------------------------------------------ connections
+
+    def _connection(self, i: int) -> psycopg.Connection[Any]:
+        while len(self._connections) <= i:
+            with self._errors("connect", None):
+                self._connections.append(psycopg.connect(self._url, application_name=f"applier {self._name}"))
+        conn = self._connections[i]
+        if conn.closed:
+            with self._errors("connect", None):
+                conn = self._connections[i] = psycopg.connect(self._url, application_name=f"applier {self._name}")
+        return conn
+
+    def close(self) -> None:
+        """Close every connection (a broken one too)."""
+        for conn in self._connections:
+            conn.close()
+        self._connections = []
+
+    @contextmanager
+    def _errors(self, doing: str, table: str | None, source: _Staged | None = None) -> Iterator[None]:
+        """Turn a database error into a TargetError naming the table, the key when known, and the error."""
+        try:
+            yield
+        except psycopg.Error as e:
+            where = f"table {table}: " if table else ""
+            key = _failing_key(e, source) if source is not None else None
+            detail = "; ".join(x for x in (e.diag.message_primary or str(e).strip(), e.diag.message_detail) if x)
+            at_key = f" at key {key}" if key else ""
+            raise TargetError(
+                f"PostgreSQL target {redacted(self._url)}: {where}{doing}{at_key} failed: {detail}"
+            ) from e
+
+    # ------------------------------------------------------------------ reading
+
+    def committed_cycle(self, table: str | None = None) -> int:
+        """The last cycle committed; the same for every table (a cycle commits all its tables at once)."""
+        conn = self._connection(0)
+        with self._errors("read the checkpoint", None), conn.transaction():
+            exists = conn.execute("SELECT to_regclass(%s)", [q.CHECKPOINT_TABLE]).fetchone()
+            if exists is None or exists[0] is None:
+                return 0
+            row = conn.execute(q.committed_cycle(), [self._name]).fetchone()
+        return int(row[0]) if row else 0
+
+    def read_arrow(self, table: str) -> pa.Table | None:
+        """The table's rows (for status, validation and tests); None when the table is missing."""
+        source_schema, name = table.split(".", 1)
+        schema = self._schema_map.get(source_schema, source_schema)
+        conn = self._connection(0)
+        with self._errors("read", table), conn.transaction():
+            cur = conn.execute(
+                "SELECT column_name FROM information_schema.columns WHERE table_schema = %s AND table_name = %s "
+                "ORDER BY ordinal_position",
+                [schema, name],
+            )
+            columns = [r[0] for r in cur.fetchall()]
+            if not columns:
+                return None
+            cur = conn.execute(sql.SQL("SELECT * FROM {}").format(sql.Identifier(schema, name)))
+            rows = cur.fetchall()
+        return pa.table({c: [r[i] for r in rows] for i, c in enumerate(columns)})
+
+    # ------------------------------------------------------------------ writing
+
+    def apply(self, cycle_id: int, changes: TableChanges) -> None:
+        """Apply one table's changes as a cycle of its own (the per-table interface; tests)."""
+        self.apply_cycle(cycle_id, {changes.table.name: changes}, {})
+
+    def apply_cycle(
+        self, cycle_id: int, changes: Mapping[str, TableChanges], position: Mapping[str, int]
+    ) -> CycleLoad:
+        """Load every table's changes and commit them with the checkpoint row, in one transaction.
+
+        Args:
+            cycle_id: the cycle; skipped when the checkpoint row already holds it.
+            changes: each table's net changes.
+            position: ``applied_seq``, ``applied_commit_lsn`` and ``restart_seq``
+                after the cycle (0 when absent), written to ``applier_checkpoint``.
+
+        Returns:
+            The load batches, spill files and seconds.
+
+        Raises:
+            TargetError: the cycle was rolled back whole (naming the table, the
+                key when known, and the database error).
+        """
+        load = CycleLoad()
+        for name in changes:
+            check_table_name(name)
+        if self.committed_cycle() >= cycle_id:
+            load.skipped = True
+            return load
+        try:
+            started = time.perf_counter()
+            staged = self._load(changes, load)
+            loaded = time.perf_counter()
+            load.skipped = not self._commit(cycle_id, staged, position)
+            load.seconds = {"load": round(loaded - started, 3), "commit": round(time.perf_counter() - loaded, 3)}
+        except TargetError:
+            self.close()  # a broken transaction or connection: start afresh next time
+            raise
+        finally:
+            self._remove_spills(load)
+        self._drop_staging()
+        return load
+
+    def _load(self, changes: Mapping[str, TableChanges], load: CycleLoad) -> list[_Staged]:
+        """COPY every table into its staging table, at most ``threads`` at once; spill the waiting ones."""
+        conn = self._connection(0)
+        self._drop_staging()
+        with self._errors("prepare staging", None), conn.transaction():
+            conn.execute(q.create_schema(q.STAGING_SCHEMA))
+        staged = []
+        for n, name in enumerate(sorted(changes)):
+            rows = staging_rows(changes[name])
+            source: pa.Table | Path = rows
+            if n >= self._threads and rows.nbytes > self._buffer_size:
+                path = self._spill_dir / f"{self._name}_{table_id(name)}.spill"
+                load.spill_created.append({"file": path.name, "bytes": write_spill(path, rows)})
+                source = path
+            table = changes[name]
+            staged.append(_Staged(table.table, self._stage_name(n), source, rows.num_rows, table.truncate))
+        batches = [staged[i : i + self._threads] for i in range(0, len(staged), self._threads)]
+        for batch in batches:
+            load.batches.append([s.table.name for s in batch])
+            with ThreadPoolExecutor(max_workers=len(batch)) as pool:
+                list(pool.map(self._copy, range(len(batch)), batch))
+        return staged
+
+    def _stage_name(self, n: int) -> sql.Identifier:
+        name = f"{self._name}_{n}"
+        if len(name.encode()) > _MAX_IDENTIFIER:
+            raise TargetError(f"configuration name {self._name!r} is too long for PostgreSQL staging table names")
+        return sql.Identifier(q.STAGING_SCHEMA, name)
+
+    def _copy(self, connection: int, staged: _Staged) -> None:
+        conn = self._connection(connection)
+        with self._errors("load into staging", staged.table.name, staged), conn.transaction():
+            conn.execute(q.create_staging(staged.stage, staged.table))
+            with conn.cursor().copy(q.copy_into(staged.stage, q.staging_columns(staged.table))) as copy:
+                for batch in read_batches(staged.source):
+                    copy.write(csv_bytes(batch))
+
+    def _commit(self, cycle_id: int, staged: list[_Staged], position: Mapping[str, int]) -> bool:
+        """The cycle's one transaction; False when another run committed the cycle meanwhile."""
+        conn = self._connection(0)
+        with self._errors("commit the cycle", None), conn.transaction():
+            conn.execute("SELECT pg_advisory_xact_lock(hashtext(%s))", [f"applier {self._name}"])
+            conn.execute(q.create_checkpoint_table())
+            row = conn.execute(q.committed_cycle(), [self._name]).fetchone()
+            if row is not None and row[0] >= cycle_id:
+                return False
+            for s in staged:
+                with self._errors("apply", s.table.name):
+                    self._apply_table(conn, s)
+            values = [self._name, cycle_id, *(position.get(k, 0) for k in q.CHECKPOINT_COLUMNS[2:])]
+            conn.execute(q.upsert_checkpoint(), values)
+        return True
+
+    def _apply_table(self, conn: psycopg.Connection[Any], s: _Staged) -> None:
+        table = s.table
+        ident = q.target_table(table, self._schema_map)
+        conn.execute(q.create_schema(self._schema_map.get(table.schema_name, table.schema_name)))
+        conn.execute(q.create_table(ident, table))
+        self._evolve(conn, ident, table)
+        if s.truncate:
+            conn.execute(q.truncate(ident))
+        if not s.rows:
+            return
+        if table.primary_key:
+            conn.execute(q.delete_keyed(ident, s.stage, table))
+            conn.execute(q.upsert_keyed(ident, s.stage, table))
+            return
+        wanted = conn.execute(
+            sql.SQL("SELECT coalesce(sum(-{0}), 0) FROM {1} WHERE {0} < 0").format(sql.Identifier(q.COUNT), s.stage)
+        ).fetchone()
+        deleted = conn.execute(q.delete_copies(ident, s.stage, table)).rowcount
+        if wanted is not None and deleted != wanted[0]:
+            raise TargetError(
+                f"table {table.name}: {wanted[0]} rows were to be deleted but only {deleted} matching rows "
+                "exist (the table no longer holds what the log deletes)"
+            )
+        conn.execute(q.insert_copies(ident, s.stage, table))
+
+    def _evolve(self, conn: psycopg.Connection[Any], ident: sql.Identifier, table: TableDef) -> None:
+        schema = self._schema_map.get(table.schema_name, table.schema_name)
+        cur = conn.execute(
+            "SELECT column_name FROM information_schema.columns WHERE table_schema = %s AND table_name = %s",
+            [schema, table.table_name],
+        )
+        present = {r[0] for r in cur.fetchall()}
+        for column in table.columns:
+            if column.name not in present:
+                conn.execute(q.add_column(ident, column))
+
+    def _drop_staging(self) -> None:
+        """Drop this configuration's staging tables (after a commit, or left by a crash)."""
+        conn = self._connection(0)
+        mine = re.compile(re.escape(self._name) + r"_\d+")
+        with self._errors("drop staging tables", None), conn.transaction():
+            cur = conn.execute("SELECT tablename FROM pg_tables WHERE schemaname = %s", [q.STAGING_SCHEMA])
+            for (name,) in cur.fetchall():
+                if mine.fullmatch(name):
+                    conn.execute(sql.SQL("DROP TABLE IF EXISTS {}").format(sql.Identifier(q.STAGING_SCHEMA, name)))
+
+    def _remove_spills(self, load: CycleLoad) -> None:
+        for created in load.spill_created:
+            path = self._spill_dir / created["file"]
+            size = path.stat().st_size if path.exists() else 0
+            path.unlink(missing_ok=True)
+            load.spill_removed.append({"file": created["file"], "bytes": size})
+
+
+def _failing_key(error: psycopg.Error, staged: _Staged) -> str | None:
+    """The key of the staging row a COPY error points at (``line N`` of the COPY), if it can be found."""
+    found = _LINE.search(error.diag.context or "")
+    if not found:
+        return None
+    index = int(found.group(1)) - 1
+    for batch in read_batches(staged.source):
+        if index < batch.num_rows:
+            names = staged.table.primary_key or staged.table.column_names
+            row = batch.slice(index, 1).to_pylist()[0]
+            return ", ".join(f"{n}={row[n]!r}" for n in names)
+        index -= batch.num_rows
+    return None

@@ -1,0 +1,255 @@
+"""The PostgreSQL target against the real server (a fresh database per test; no Spark)."""
+
+from __future__ import annotations
+
+import datetime as dt
+import math
+import threading
+from decimal import Decimal
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import pyarrow as pa
+import pytest
+from psycopg import sql
+
+from applier.errors import TargetError
+from applier.targets import pg_sql
+from applier.targets.pg_load import bytea_text, csv_bytes
+from applier.targets.postgres import PostgresTarget, redacted
+from test_delta_target import ALL_TYPES, counted, keyed, table_def
+
+pytestmark = pytest.mark.postgres
+
+UTC = dt.UTC
+NAN, INF = float("nan"), float("inf")
+ORDERS = table_def(
+    "shop.orders", [("id", "bigint", False), ("status", "string", True), ("total", "decimal(10,2)", True)], ("id",)
+)
+LINES = table_def(
+    "shop.lines", [("order_id", "bigint", False), ("line", "int", False), ("qty", "int", True)], ("order_id", "line")
+)
+EVENTS = table_def("shop.events", [("kind", "string", True), ("value", "double", True)])
+
+
+def target(url: str, tmp_path: Path, **kwargs: Any) -> PostgresTarget:
+    return PostgresTarget(url, "demo", spill_dir=tmp_path / "tmp", **kwargs)
+
+
+def rows(url: str, table: str, order: str) -> list[tuple[Any, ...]]:
+    schema, name = table.split(".")
+    with psycopg.connect(url) as conn:
+        query = sql.SQL("SELECT * FROM {} ORDER BY {}").format(sql.Identifier(schema, name), sql.SQL(order))
+        return [tuple("NaN" if isinstance(v, float) and math.isnan(v) else v for v in r) for r in conn.execute(query)]
+
+
+def checkpoint_row(url: str) -> tuple[Any, ...] | None:
+    with psycopg.connect(url) as conn:
+        return conn.execute(
+            "SELECT cycle_id, applied_seq, applied_commit_lsn, restart_seq FROM applier_checkpoint"
+        ).fetchone()
+
+
+# ------------------------------------------------------------------ pure parts
+
+
+def test_sql_quotes_every_identifier() -> None:
+    weird = table_def('s.t"x', [('a"b', "bigint", False), ("select", "string", True)], ('a"b',))
+    ident = pg_sql.target_table(weird, {"s": "replica"})
+    stage = sql.Identifier("applier_staging", "demo_0")
+    assert pg_sql.create_table(ident, weird).as_string(None) == (
+        'CREATE TABLE IF NOT EXISTS "replica"."t""x" ("a""b" bigint NOT NULL, "select" text, PRIMARY KEY ("a""b"))'
+    )
+    assert pg_sql.delete_keyed(ident, stage, weird).as_string(None) == (
+        'DELETE FROM "replica"."t""x" AS t USING "applier_staging"."demo_0" AS s '
+        'WHERE s."__op" = \'D\' AND "t"."a""b" = "s"."a""b"'
+    )
+    assert pg_sql.upsert_keyed(ident, stage, weird).as_string(None) == (
+        'INSERT INTO "replica"."t""x" ("a""b", "select") SELECT "a""b", "select" FROM "applier_staging"."demo_0" '
+        'WHERE "__op" = \'U\' ON CONFLICT ("a""b") DO UPDATE SET "select" = EXCLUDED."select"'
+    )
+
+
+def test_types_map_to_postgresql_types() -> None:
+    assert [pg_sql.pg_type(t) for t in ("int", "bigint", "boolean", "double", "string")] == [
+        "integer",
+        "bigint",
+        "boolean",
+        "double precision",
+        "text",
+    ]
+    assert [pg_sql.pg_type(t) for t in ("decimal(12,2)", "date", "timestamp", "binary")] == [
+        "numeric(12,2)",
+        "date",
+        "timestamptz",
+        "bytea",
+    ]
+
+
+def test_bytea_text_is_hex_with_nulls_kept() -> None:
+    values = pa.array([b"\x00\xffA", b"", None, b"\x10"], pa.binary())
+    assert bytea_text(values).to_pylist() == ["\\x00ff41", "\\x", None, "\\x10"]
+    assert bytea_text(values.slice(1)).to_pylist() == ["\\x", None, "\\x10"]
+
+
+def test_csv_tells_empty_string_from_null() -> None:
+    assert csv_bytes(pa.table({"s": ["", None, 'a"b']})) == b'""\n\n"a""b"\n'
+
+
+def test_redacted_drops_the_password() -> None:
+    shown = redacted("postgresql://app:s3cret@db.example:5433/warehouse")
+    assert "s3cret" not in shown and "db.example" in shown and "warehouse" in shown
+
+
+# ------------------------------------------------------------------ against the server
+
+
+def test_every_type_round_trips_with_specials(pg_url: str, tmp_path: Path) -> None:
+    row = {
+        "id": 1,
+        "i": -5,
+        "flag": True,
+        "x": NAN,
+        "amount": Decimal("12.50"),
+        "note": "",
+        "day": dt.date(1, 1, 1),
+        "at": dt.datetime(2026, 1, 2, 3, 4, 5, 123456, tzinfo=UTC),
+        "blob": b"\x00\xff",
+    }
+    second = {**dict.fromkeys(row), "id": 2, "x": -INF, "note": 'quote " and, comma\nnewline'}
+    t = target(pg_url, tmp_path)
+    t.apply_cycle(1, {ALL_TYPES.name: keyed(ALL_TYPES, [row, second])}, {"applied_seq": 3})
+    got = rows(pg_url, "public.all_types", "id")
+    assert got[0] == tuple("NaN" if k == "x" else v for k, v in row.items())
+    assert got[1] == (2, None, None, -INF, None, second["note"], None, None, None)
+    assert checkpoint_row(pg_url) == (1, 3, 0, 0)
+
+
+def test_upserts_and_deletes_on_a_composite_key(pg_url: str, tmp_path: Path) -> None:
+    t = target(pg_url, tmp_path)
+    first = [{"order_id": 1, "line": 1, "qty": 1}, {"order_id": 1, "line": 2, "qty": 2}, {"order_id": 2, "line": 1}]
+    t.apply_cycle(1, {LINES.name: keyed(LINES, first)}, {})
+    change = keyed(LINES, [{"order_id": 1, "line": 2, "qty": 20}, {"order_id": 3, "line": 1, "qty": 3}])
+    change = keyed(LINES, change.upserts.to_pylist(), [{"order_id": 1, "line": 1}])
+    t.apply_cycle(2, {LINES.name: change}, {})
+    assert rows(pg_url, "shop.lines", "order_id, line") == [(1, 2, 20), (2, 1, None), (3, 1, 3)]
+    assert t.committed_cycle(LINES.name) == 2
+
+
+def test_a_cycle_already_committed_is_skipped(pg_url: str, tmp_path: Path) -> None:
+    t = target(pg_url, tmp_path)
+    assert t.apply_cycle(1, {ORDERS.name: keyed(ORDERS, [{"id": 1, "status": "new"}])}, {}).skipped is False
+    again = t.apply_cycle(1, {ORDERS.name: keyed(ORDERS, [{"id": 1, "status": "changed"}])}, {})
+    assert again.skipped is True
+    assert rows(pg_url, "shop.orders", "id") == [(1, "new", None)]
+
+
+def test_truncate_then_inserts_in_one_cycle(pg_url: str, tmp_path: Path) -> None:
+    t = target(pg_url, tmp_path)
+    t.apply_cycle(1, {ORDERS.name: keyed(ORDERS, [{"id": 1}, {"id": 2}])}, {})
+    t.apply_cycle(2, {ORDERS.name: keyed(ORDERS, [{"id": 3, "status": "after"}], truncate=True)}, {})
+    assert rows(pg_url, "shop.orders", "id") == [(3, "after", None)]
+
+
+def test_keyless_table_deletes_exactly_the_copies_asked_null_and_nan_safe(pg_url: str, tmp_path: Path) -> None:
+    t = target(pg_url, tmp_path)
+    a, b, c = {"kind": "a", "value": 1.0}, {"kind": None, "value": NAN}, {"kind": "c", "value": None}
+    t.apply_cycle(1, {EVENTS.name: counted(EVENTS, [(a, 3), (b, 2), (c, 1)])}, {})
+    t.apply_cycle(2, {EVENTS.name: counted(EVENTS, [(a, -2), (b, -1), (c, 2)])}, {})
+    assert rows(pg_url, "shop.events", "kind NULLS FIRST, value") == [
+        (None, "NaN"),
+        ("a", 1.0),
+        ("c", None),
+        ("c", None),
+        ("c", None),
+    ]
+
+
+def test_keyless_delete_of_missing_copies_rolls_the_cycle_back(pg_url: str, tmp_path: Path) -> None:
+    t = target(pg_url, tmp_path)
+    t.apply_cycle(1, {EVENTS.name: counted(EVENTS, [({"kind": "a", "value": 1.0}, 1)])}, {})
+    with pytest.raises(TargetError, match=r"shop\.events.*2 rows were to be deleted but only 1"):
+        t.apply_cycle(2, {EVENTS.name: counted(EVENTS, [({"kind": "a", "value": 1.0}, -2)])}, {})
+    assert rows(pg_url, "shop.events", "kind") == [("a", 1.0)]
+    assert checkpoint_row(pg_url) == (1, 0, 0, 0)
+
+
+def test_added_nullable_column_reads_null_in_earlier_rows(pg_url: str, tmp_path: Path) -> None:
+    t = target(pg_url, tmp_path)
+    t.apply_cycle(1, {ORDERS.name: keyed(ORDERS, [{"id": 1, "status": "old"}])}, {})
+    wider = table_def(ORDERS.name, [*((c.name, c.type, c.nullable) for c in ORDERS.columns), ("note", "string", True)])
+    wider = type(wider)(wider.name, wider.columns, ("id",))
+    t.apply_cycle(2, {ORDERS.name: keyed(wider, [{"id": 2, "note": "new"}])}, {})
+    assert rows(pg_url, "shop.orders", "id") == [(1, "old", None, None), (2, None, None, "new")]
+
+
+def test_a_failing_table_rolls_back_every_table_and_names_table_and_key(pg_url: str, tmp_path: Path) -> None:
+    t = target(pg_url, tmp_path)
+    t.apply_cycle(1, {ORDERS.name: keyed(ORDERS, [{"id": 1, "status": "kept"}])}, {"applied_seq": 1})
+    bad = keyed(LINES, [{"order_id": 7, "line": 1, "qty": 1}])
+    too_big = keyed(ORDERS, [{"id": 2, "total": Decimal("12345678.90")}])
+    broken = type(too_big)(
+        table=too_big.table,
+        truncate=False,
+        upserts=too_big.upserts.set_column(2, "total", pa.array([Decimal("1e9")], pa.decimal128(38, 2))),
+        deletes=too_big.deletes,
+        counted=None,
+        stats=too_big.stats,
+    )
+    with pytest.raises(TargetError, match=r"shop\.orders.*key id=2.*numeric field overflow") as caught:
+        t.apply_cycle(2, {LINES.name: bad, ORDERS.name: broken}, {"applied_seq": 2})
+    assert "password" not in str(caught.value)
+    assert rows(pg_url, "shop.orders", "id") == [(1, "kept", None)]
+    with psycopg.connect(pg_url) as conn:
+        assert conn.execute("SELECT to_regclass('shop.lines')").fetchone() == (None,)
+    assert checkpoint_row(pg_url) == (1, 1, 0, 0)
+    t.apply_cycle(2, {LINES.name: bad}, {"applied_seq": 2})  # the next attempt goes through
+    assert checkpoint_row(pg_url) == (2, 2, 0, 0)
+
+
+def test_lost_connection_is_a_target_error_without_the_password(tmp_path: Path) -> None:
+    t = PostgresTarget(
+        "host=127.0.0.1 port=1 user=app password=s3cret dbname=x connect_timeout=2", "demo", spill_dir=tmp_path
+    )
+    with pytest.raises(TargetError) as caught:
+        t.apply_cycle(1, {ORDERS.name: keyed(ORDERS, [{"id": 1}])}, {})
+    assert "s3cret" not in str(caught.value) and "port=1" in str(caught.value)
+
+
+def test_two_load_connections_load_ten_tables_in_batches_and_spill_the_waiting(pg_url: str, tmp_path: Path) -> None:
+    tables = [table_def(f"wide.t{i}", [("id", "bigint", False), ("v", "string", True)], ("id",)) for i in range(10)]
+    changes = {td.name: keyed(td, [{"id": n, "v": "x" * 50} for n in range(200)]) for td in tables}
+    t = target(pg_url, tmp_path, threads=2, buffer_size=1000)
+    seen: set[str] = set()
+    peak = 0
+    done = threading.Event()
+
+    def watch() -> None:
+        nonlocal peak
+        with psycopg.connect(pg_url, autocommit=True) as conn:
+            while not done.is_set():
+                n = conn.execute(
+                    "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
+                    "AND application_name = 'applier demo'"
+                ).fetchone()
+                peak = max(peak, n[0] if n else 0)
+                seen.update(p.name for p in (tmp_path / "tmp").glob("*.spill"))
+
+    watcher = threading.Thread(target=watch)
+    watcher.start()
+    try:
+        load = t.apply_cycle(1, changes, {})
+    finally:
+        done.set()
+        watcher.join()
+    assert load.batches == [[f"wide.t{i}", f"wide.t{j}"] for i, j in ((0, 1), (2, 3), (4, 5), (6, 7), (8, 9))]
+    assert peak <= 2
+    spilled = {f"demo_wide-2Et{i}.spill" for i in range(2, 10)}
+    assert {s["file"] for s in load.spill_created} == spilled
+    assert {s["file"] for s in load.spill_removed} == spilled
+    assert seen <= spilled and not list((tmp_path / "tmp").glob("*.spill"))
+    for td in tables:
+        assert len(rows(pg_url, td.name, "id")) == 200
+    with psycopg.connect(pg_url) as conn:
+        assert conn.execute("SELECT count(*) FROM pg_tables WHERE schemaname = 'applier_staging'").fetchone() == (0,)
