@@ -14,6 +14,7 @@ import pyarrow as pa
 import pytest
 from psycopg import sql
 
+from applier.engine.changes import arrow_schema
 from applier.errors import TargetError
 from applier.targets import pg_sql
 from applier.targets.pg_load import bytea_text, csv_bytes
@@ -123,6 +124,9 @@ def test_every_type_round_trips_with_specials(pg_url: str, tmp_path: Path) -> No
     got = rows(pg_url, "public.all_types", "id")
     assert got[0] == tuple("NaN" if k == "x" else v for k, v in row.items())
     assert got[1] == (2, None, None, -INF, None, second["note"], None, None, None)
+    read = t.read_arrow(ALL_TYPES.name)
+    assert read is not None and read.schema.types == list(arrow_schema(ALL_TYPES).types)
+    assert read.sort_by("id").column("at").to_pylist()[0] == row["at"]
     assert checkpoint_row(pg_url) == (1, 3, 0, 0)
 
 

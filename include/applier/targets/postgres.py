@@ -46,6 +46,16 @@ from applier.targets.pg_load import csv_bytes, read_batches, staging_rows, table
 log = logging.getLogger(__name__)
 
 _MAX_IDENTIFIER = 63
+_ARROW_TYPES = {
+    "boolean": pa.bool_(),
+    "integer": pa.int32(),
+    "bigint": pa.int64(),
+    "double precision": pa.float64(),
+    "text": pa.string(),
+    "date": pa.date32(),
+    "timestamp with time zone": pa.timestamp("us", tz="UTC"),
+    "bytea": pa.binary(),
+}
 _LINE = re.compile(r"line (\d+)")
 
 
@@ -156,22 +166,26 @@ class PostgresTarget:
         return int(row[0]) if row else 0
 
     def read_arrow(self, table: str) -> pa.Table | None:
-        """The table's rows (for status, validation and tests); None when the table is missing."""
+        """The table's rows typed as the spec types map to Arrow (status, validation, tests); None when missing."""
         source_schema, name = table.split(".", 1)
         schema = self._schema_map.get(source_schema, source_schema)
         conn = self._connection(0)
         with self._errors("read", table), conn.transaction():
             cur = conn.execute(
-                "SELECT column_name FROM information_schema.columns WHERE table_schema = %s AND table_name = %s "
-                "ORDER BY ordinal_position",
+                "SELECT column_name, data_type, numeric_precision, numeric_scale FROM information_schema.columns "
+                "WHERE table_schema = %s AND table_name = %s ORDER BY ordinal_position",
                 [schema, name],
             )
-            columns = [r[0] for r in cur.fetchall()]
+            columns = cur.fetchall()
             if not columns:
                 return None
-            cur = conn.execute(sql.SQL("SELECT * FROM {}").format(sql.Identifier(schema, name)))
-            rows = cur.fetchall()
-        return pa.table({c: [r[i] for r in rows] for i, c in enumerate(columns)})
+            rows = conn.execute(sql.SQL("SELECT * FROM {}").format(sql.Identifier(schema, name))).fetchall()
+        return pa.table(
+            {
+                column: pa.array([r[i] for r in rows], _ARROW_TYPES.get(kind) or pa.decimal128(precision, scale))
+                for i, (column, kind, precision, scale) in enumerate(columns)
+            }
+        )
 
     # ------------------------------------------------------------------ writing
 
