@@ -8,10 +8,12 @@ mapping from failure to exit code lives in one place:
 - 2  usage or configuration error      (:class:`ConfigError`)
 - 3  refused intermediate file          (:class:`IntermediateFileError`)
 - 4  target or apply error              (:class:`TargetError`)
+- 5  a target table failed validation   (:class:`ValidationError`)
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 
 
@@ -88,3 +90,26 @@ class TargetError(ApplierError):
     """Writing to the target failed; the cycle was not committed."""
 
     exit_code = 4
+
+
+class ValidationError(ApplierError):
+    """A target table failed its validation after a load (an expectation, or the table is missing).
+
+    The load itself is committed; validation found it does not match the table
+    definitions or the row counts the engine reported.
+
+    Attributes:
+        failures: one line per failure, naming the table and the expectation.
+        json_path: the file holding the validation's full results, if written.
+    """
+
+    exit_code = 5
+
+    def __init__(self, failures: Sequence[str], json_path: Path | None = None) -> None:
+        self.failures = list(failures)
+        self.json_path = json_path
+        where = f" (results: {json_path})" if json_path is not None else ""
+        super().__init__(f"validation failed: {'; '.join(self.failures)}{where}")
+
+    def __reduce__(self) -> tuple[type[ValidationError], tuple[list[str], Path | None]]:
+        return (type(self), (self.failures, self.json_path))
