@@ -1,6 +1,6 @@
 """spark-submit entry point for one Applier run.
 
-    spark-submit jobs/apply.py --config FILE [--set KEY=VALUE]... [--max-cycles N]
+    spark-submit jobs/apply.py --config FILE [--set KEY=VALUE]... [--max-cycles N] [--run-key KEY]
 
 Parses arguments, builds the configuration, runs the cycles in this Spark
 application and exits with the Applier's exit code (0, 2, 3 or 4).
@@ -22,15 +22,18 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--config", required=True)
     parser.add_argument("--set", dest="overrides", action="append", default=[])
     parser.add_argument("--max-cycles", type=int)
+    parser.add_argument("--run-key", help="the run's key in the run ledger; a finished run's key replays it")
     args = parser.parse_args(argv)
     configure_logging()
     try:
         config = load_config(args.config, args.overrides)
-        summary = run_applier(config, max_cycles=args.max_cycles, set_master=False)
+        summary = run_applier(config, max_cycles=args.max_cycles, set_master=False, run_key=args.run_key)
     except ApplierError as e:
         print(f"applier: error: {e}", file=sys.stderr)
         return e.exit_code
-    logging.getLogger("applier").info("run done: %d cycles", len(summary.reports))
+    logging.getLogger("applier").info(
+        "run done: %d cycles%s", len(summary.reports), f" (replay of run {summary.run_key})" if summary.replay else ""
+    )
     return 0
 
 

@@ -96,3 +96,22 @@ def test_an_unreadable_or_non_mapping_file_is_refused(tmp_path: Path) -> None:
 def test_the_demo_config_in_the_repository_is_valid() -> None:
     config = load_config(Path(__file__).resolve().parents[1] / "config" / "demo.yaml")
     assert config.configuration_name == "demo" and config.target.type == "delta"
+
+
+def test_a_postgres_target_needs_a_url_and_takes_a_schema_map(tmp_path: Path) -> None:
+    text = "configuration_name: c\nintermediate_dir: i\noutput_dir: o\n"
+    with pytest.raises(ConfigError, match=r"target\.url.*required"):
+        load_config(_file(tmp_path, text + "target: {type: postgres}\n"))
+    config = load_config(
+        _file(
+            tmp_path,
+            text + "apply: {threads: 2}\ntarget:\n  type: postgres\n  url: host=db dbname=w\n"
+            "  schema_map: {shop: replica_shop}\n",
+        )
+    )
+    assert (config.target.type, config.target.url, config.target.path) == ("postgres", "host=db dbname=w", None)
+    assert dict(config.target.schema_map) == {"shop": "replica_shop"} and config.apply.threads == 2
+    with pytest.raises(ConfigError, match=r"apply\.threads.*0"):
+        load_config(_file(tmp_path, text + "target: {path: t}\n"), ["apply.threads=0"])
+    with pytest.raises(ConfigError, match=r"target\.schema_map\.shop"):
+        load_config(_file(tmp_path, text + "target: {path: t}\n"), ["target.schema_map.shop=a\tb"])

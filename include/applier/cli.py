@@ -1,8 +1,9 @@
 """The ``applier`` command line.
 
 Exit codes: 0 success (including nothing to do), 2 usage or configuration
-error, 3 refused intermediate file, 4 target or apply error. Errors are one
-line on stderr; long work shows progress on stderr when it is a terminal.
+error, 3 refused intermediate file, 4 target or apply error, 5 a target table
+failed validation. Errors are one line on stderr; long work shows progress on
+stderr when it is a terminal.
 """
 
 from __future__ import annotations
@@ -19,7 +20,8 @@ EXIT_CODES_HELP = """exit codes:
   0  success, including nothing to do
   2  usage or configuration error
   3  refused intermediate file (the message names the pair)
-  4  target or apply error"""
+  4  target or apply error
+  5  a target table failed validation (the message names the table and the expectation)"""
 
 
 def _add_config_args(parser: argparse.ArgumentParser) -> None:
@@ -75,11 +77,31 @@ def _build_parser() -> argparse.ArgumentParser:
     run = _command(commands, "run", "one Applier run: apply cycles until caught up or the cycle limit")
     _add_config_args(run)
     run.add_argument("--max-cycles", type=int, help="cycles for this run (default: apply.max_cycles_per_run)")
+    run.add_argument(
+        "--run-key",
+        help="record the run's cycles in the run ledger under this key; a key whose run finished is replayed "
+        "(backfill recovery, see README 'Recovery')",
+    )
+
+    runs = _command(commands, "runs", "list the run ledger: each run key's status, mode, cycles and pairs")
+    _add_config_args(runs)
 
     status = _command(
         commands, "status", "applied and restart positions, backlog, open transactions, spill files, last cycle"
     )
     _add_config_args(status)
+
+    validate = _command(
+        commands, "validate", "validate target tables with Great Expectations against their definitions and row counts"
+    )
+    _add_config_args(validate)
+    validate.add_argument(
+        "--table",
+        dest="tables",
+        action="append",
+        metavar="SCHEMA.TABLE",
+        help="validate this table (repeatable; default: every table of the checkpoint)",
+    )
     return parser
 
 
@@ -93,7 +115,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         "check": commands.check,
         "plan": commands.plan,
         "run": commands.run,
+        "runs": commands.runs,
         "status": commands.status,
+        "validate": commands.validate,
     }
     try:
         return handlers[args.command](args)

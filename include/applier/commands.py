@@ -117,13 +117,61 @@ def run(args: argparse.Namespace) -> int:
     if args.max_cycles is not None and args.max_cycles < 0:
         raise UsageError(f"--max-cycles {args.max_cycles} must be 0 (until caught up) or more")
     configure_logging()
-    summary = run_applier(config, max_cycles=args.max_cycles)
+    summary = run_applier(config, max_cycles=args.max_cycles, run_key=args.run_key)
     cp = summary.checkpoint
-    print(
-        f"{len(summary.reports)} cycles; applied through pair {cp.applied_seq} "
-        f"(commit lsn {cp.applied_commit_lsn}), restart at pair {cp.restart_seq}"
-    )
+    if summary.replay:
+        outcomes = [o for cycle in summary.cycles for o in cycle.tables.values()]
+        print(
+            f"replayed run {summary.run_key}: {len(summary.cycles)} cycles, {outcomes.count('reapplied')} table "
+            f"changes reapplied, {outcomes.count('verified')} verified; checkpoint unchanged at cycle {cp.cycle_id}"
+        )
+    else:
+        print(
+            f"{len(summary.reports)} cycles; applied through pair {cp.applied_seq} "
+            f"(commit lsn {cp.applied_commit_lsn}), restart at pair {cp.restart_seq}"
+        )
+    if summary.pruned_pairs:
+        from applier.engine.ledger import describe_seqs
+
+        print(f"intermediate retention removed pairs {describe_seqs(summary.pruned_pairs)}")
     return 0
+
+
+def runs(args: argparse.Namespace) -> int:
+    """``applier runs``: the run ledger, one line per run key in start order."""
+    from applier.engine.ledger import RunLedger, describe_seqs
+
+    config = load_config(args.config, args.overrides)
+    records = RunLedger(config.work_dir).records()
+    if not records:
+        print(f"no runs recorded in {config.work_dir / 'ledger'} (runs are recorded when given --run-key)")
+        return 0
+    rows = [("run key", "status", "mode", "cycles", "pairs", "started", "finished")]
+    for r in records:
+        pairs = r.pair_range
+        rows.append(
+            (
+                r.run_key,
+                r.status,
+                r.mode,
+                describe_seqs(c.cycle_id for c in r.cycles),
+                describe_seqs(range(pairs[0], pairs[1] + 1)) if pairs else "none",
+                _moment(r.started_at),
+                _moment(r.finished_at),
+            )
+        )
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]) - 1)]
+    errors = {r.run_key: r.error for r in records if r.error}
+    for row in rows:
+        print("  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=False)) + "  " + row[-1])
+        if row[0] in errors:
+            print(f"    error: {errors[row[0]]}")
+    return 0
+
+
+def _moment(iso: str | None) -> str:
+    """An ISO 8601 UTC moment as ``YYYY-MM-DD HH:MM:SS`` (``-`` for none)."""
+    return iso[:19].replace("T", " ") if iso else "-"
 
 
 def status(args: argparse.Namespace) -> int:
@@ -148,4 +196,29 @@ def status(args: argparse.Namespace) -> int:
         print(f"  {name}: {size} bytes")
     if s.last_cycle:
         print(f"last cycle: {s.last_cycle['cycle_id']} pairs {s.last_cycle['seqs']} seconds {s.last_cycle['seconds']}")
+    return 0
+
+
+def validate(args: argparse.Namespace) -> int:
+    """``applier validate``: validate target tables; a failed expectation exits with code 5."""
+    from applier.engine.session import start_spark
+    from applier.validate import validate_target
+
+    config = load_config(args.config, args.overrides)
+    report = validate_target(config, start_spark(config), args.tables)
+    if not report.tables:
+        print(f"configuration {config.configuration_name}: no table to validate (nothing applied yet)")
+    for name, table in report.tables.items():
+        if table.missing:
+            outcome = "not in the target (never written)" if table.success else "MISSING from the target"
+        elif table.success:
+            outcome = f"{len(table.expectations)} expectations passed"
+        else:
+            outcome = f"{len(table.failed)} of {len(table.expectations)} expectations FAILED"
+        print(f"{name}: {outcome}")
+        for failure in table.failed:
+            print(f"  {failure.describe()}")
+    print(f"results: {report.json_path}")
+    print(f"data docs: {report.data_docs_path}")
+    report.raise_for_failure()
     return 0

@@ -23,20 +23,30 @@ import yaml
 from applier.errors import ConfigError
 from applier.intermediate.pairs import MIB
 
-TARGET_TYPES = ("delta",)
+TARGET_TYPES = ("delta", "postgres")
 # Letters, digits and underscores, not first: the name starts spill file names,
 # and Spark silently skips files whose names start with "_".
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_]*")
 _SPARK_CONF = "spark.conf"
+_SCHEMA_MAP = "target.schema_map"
+_MAPPINGS = (_SPARK_CONF, _SCHEMA_MAP)
 
 
 @dataclass(frozen=True)
 class ApplyConfig:
-    """``apply.*``: how much each cycle takes and how open transactions are buffered."""
+    """``apply.*``: how much each cycle takes, how open transactions are buffered, how long pairs are kept.
+
+    ``intermediate_retention_hours``: None keeps applied pairs forever; a number
+    deletes, after each run, applied pairs that no restart needs and whose
+    cycle was committed more than that many hours ago (a run-ledger replay
+    needs them until then).
+    """
 
     process_intermediate_size_per_job: float = 0.0
     buffer_size_for_split_records: int = 1_048_576
     max_cycles_per_run: int = 0
+    intermediate_retention_hours: float | None = None
+    threads: int = 4
 
     @property
     def cycle_limit_bytes(self) -> int:
@@ -46,10 +56,18 @@ class ApplyConfig:
 
 @dataclass(frozen=True)
 class TargetConfig:
-    """``target.*``: where changes are applied."""
+    """``target.*``: where changes are applied.
+
+    ``path``: the Delta target's folder. ``url``: the PostgreSQL target's libpq
+    connection string (a password is better left to ``PGPASSWORD`` or
+    ``~/.pgpass``; it is never shown). ``schema_map``: source schema -> target
+    schema (PostgreSQL; unmapped schemas keep their name).
+    """
 
     type: str = "delta"
     path: Path | None = None
+    url: str | None = None
+    schema_map: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
 
 
 @dataclass(frozen=True)
@@ -93,6 +111,14 @@ def _non_negative_number(key: str, v: Any) -> float:
     return float(v)
 
 
+def _hours_or_forever(key: str, v: Any) -> float | None:
+    if v is None:
+        return None
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or v < 0 or v != v or v == float("inf"):
+        raise ConfigError(key, v, "use a number of hours >= 0, or null to keep applied pairs forever")
+    return float(v)
+
+
 def _int_at_least(lowest: int, meaning: str) -> Callable[[str, Any], int]:
     def check(key: str, v: Any) -> int:
         if isinstance(v, bool) or not isinstance(v, int) or v < lowest:
@@ -100,6 +126,16 @@ def _int_at_least(lowest: int, meaning: str) -> Callable[[str, Any], int]:
         return v
 
     return check
+
+
+def _identifier(key: str, v: Any) -> str:
+    if not isinstance(v, str) or not v or any(ord(c) < 32 for c in v) or len(v.encode()) > 63:
+        raise ConfigError(key, v, "use a schema name of 1 to 63 bytes without control characters")
+    return v
+
+
+def _prefixed(values: Mapping[str, Any], prefix: str) -> dict[str, Any]:
+    return {k[len(prefix) + 1 :]: v for k, v in values.items() if k.startswith(f"{prefix}.")}
 
 
 def _text(key: str, v: Any) -> str:
@@ -125,20 +161,24 @@ _KEYS: dict[str, tuple[Callable[[str, Any], Any], Any]] = {
     "apply.process_intermediate_size_per_job": (_non_negative_number, 0.0),
     "apply.buffer_size_for_split_records": (_int_at_least(1, "bytes"), 1_048_576),
     "apply.max_cycles_per_run": (_int_at_least(0, "0 means until caught up"), 0),
+    "apply.intermediate_retention_hours": (_hours_or_forever, None),
     "target.type": (_choice(TARGET_TYPES), "delta"),
     "target.path": (_text, None),
+    "target.url": (_text, None),
+    "apply.threads": (_int_at_least(1, "concurrent table loads, the target's load connections"), 4),
     "spark.master": (_text, "local[*]"),
 }
 _PATH_KEYS = ("intermediate_dir", "output_dir", "target.path")
-KNOWN_KEYS = (*_KEYS, f"{_SPARK_CONF}.<spark property>")
+_OPTIONAL_KEYS = ("apply.intermediate_retention_hours",)  # None is their default, not "required"
+KNOWN_KEYS = (*_KEYS, f"{_SPARK_CONF}.<spark property>", f"{_SCHEMA_MAP}.<source schema>")
 
 
 def _flatten(raw: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
     flat: dict[str, Any] = {}
     for k, v in raw.items():
         key = f"{prefix}{k}"
-        if key == _SPARK_CONF and isinstance(v, Mapping):
-            flat.update({f"{_SPARK_CONF}.{ck}": cv for ck, cv in v.items()})
+        if key in _MAPPINGS and isinstance(v, Mapping):
+            flat.update({f"{key}.{ck}": cv for ck, cv in v.items()})
         elif isinstance(v, Mapping):
             flat.update(_flatten(v, f"{key}."))
         else:
@@ -182,13 +222,21 @@ def _validate(flat: dict[str, Any]) -> dict[str, Any]:
     for key, value in flat.items():
         if key.startswith(f"{_SPARK_CONF}."):
             out[key] = _text(key, str(value))
+        elif key.startswith(f"{_SCHEMA_MAP}."):
+            out[key] = _identifier(key, value)
         elif key not in _KEYS:
             raise ConfigError(key, value, f"unknown key; known keys: {', '.join(KNOWN_KEYS)}")
         else:
             out[key] = _KEYS[key][0](key, value)
     for key, (_, default) in _KEYS.items():
         if key not in out:
-            if default is None and not (key == "target.path" and out.get("target.type", "delta") != "delta"):
+            kind = out.get("target.type", "delta")
+            optional = (
+                key in _OPTIONAL_KEYS
+                or (key == "target.path" and kind != "delta")
+                or (key == "target.url" and kind != "postgres")
+            )
+            if default is None and not optional:
                 raise ConfigError(key, None, "this key is required")
             out[key] = default
     return out
@@ -218,7 +266,7 @@ def load_config(path: Path | str | None, overrides: Sequence[str] = ()) -> Confi
     for key in _PATH_KEYS:
         if values[key] is not None:
             values[key] = _resolve(values[key], Path.cwd() if key in paths_from_cli else file_base)
-    spark_conf = {k[len(_SPARK_CONF) + 1 :]: v for k, v in values.items() if k.startswith(f"{_SPARK_CONF}.")}
+    spark_conf = _prefixed(values, _SPARK_CONF)
     return Config(
         configuration_name=values["configuration_name"],
         intermediate_dir=values["intermediate_dir"],
@@ -227,7 +275,14 @@ def load_config(path: Path | str | None, overrides: Sequence[str] = ()) -> Confi
             process_intermediate_size_per_job=values["apply.process_intermediate_size_per_job"],
             buffer_size_for_split_records=values["apply.buffer_size_for_split_records"],
             max_cycles_per_run=values["apply.max_cycles_per_run"],
+            intermediate_retention_hours=values["apply.intermediate_retention_hours"],
+            threads=values["apply.threads"],
         ),
-        target=TargetConfig(type=values["target.type"], path=values["target.path"]),
+        target=TargetConfig(
+            type=values["target.type"],
+            path=values["target.path"],
+            url=values["target.url"],
+            schema_map=MappingProxyType(_prefixed(values, _SCHEMA_MAP)),
+        ),
         spark=SparkConfig(master=values["spark.master"], conf=MappingProxyType(spark_conf)),
     )

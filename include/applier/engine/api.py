@@ -2,15 +2,29 @@
 
 from __future__ import annotations
 
+import datetime as dt
 import logging
 from collections.abc import Callable
 from typing import Any
 
 from applier.config import Config
+from applier.engine.checkpoint import CheckpointStore
+from applier.engine.ledger import (
+    Clock,
+    RunJournal,
+    RunLedger,
+    check_run_key,
+    describe_seqs,
+    prune_intermediate,
+    utc_now,
+)
+from applier.engine.replay import replay_run
 from applier.engine.report import CycleReport
 from applier.engine.run import Applier, RunSummary
 from applier.engine.session import start_spark
 from applier.targets import open_target
+
+log = logging.getLogger("applier")
 
 
 def configure_logging() -> None:
@@ -26,21 +40,79 @@ def run_applier(
     spark: Any = None,
     set_master: bool = True,
     on_cycle: Callable[[CycleReport], None] | None = None,
+    run_key: str | None = None,
+    clock: Clock = utc_now,
 ) -> RunSummary:
-    """Run apply cycles until caught up or the cycle limit.
+    """Run apply cycles until caught up or the cycle limit, or replay a finished run.
+
+    Without a run key this is a plain run. With one, the run records its cycles
+    in the run ledger (status ``running``, then ``finished``, or ``failed``
+    with the error); a key whose record is finished (or whose replay began) is
+    replayed instead: exactly its recorded cycles, verified or reapplied table
+    by table, the checkpoint untouched (see :mod:`applier.engine.replay`). A
+    record left running or failed by an apply is continued by a normal run.
+    After the run, intermediate retention deletes what it may.
 
     Args:
         config: the validated configuration.
-        max_cycles: cycles for this run; None takes ``apply.max_cycles_per_run``.
+        max_cycles: cycles for this run; None takes ``apply.max_cycles_per_run``
+            (a replay takes all the recorded ones).
         spark: a running session to use; None starts one from the configuration.
         set_master: whether the configuration's ``spark.master`` applies (not under spark-submit).
         on_cycle: called with each cycle's report.
+        run_key: the run's key (Airflow: one per DAG run), or None.
+        clock: the time of ledger entries and of intermediate retention.
 
     Raises:
-        IntermediateFileError: a refused pair, after everything before it was applied.
-        TargetError: the target failed; the cycle was not checkpointed.
+        UsageError: the run key is blank, too long or not printable.
+        IntermediateFileError: a refused pair, after everything before it was
+            applied; GapError: a pair a replay needs is gone.
+        TargetError: the target failed (the cycle was not checkpointed), or
+            was restored to an earlier state (replay the runs since), or is not
+            where a replayed cycle found it (replay earlier runs first).
     """
     logging.getLogger("applier").setLevel(logging.INFO)
+    ledger = RunLedger(config.work_dir)
+    record = ledger.get(check_run_key(run_key)) if run_key is not None else None
     session = spark if spark is not None else start_spark(config, set_master=set_master)
-    limit = config.apply.max_cycles_per_run if max_cycles is None else max_cycles
-    return Applier(config, session, open_target(config)).run(limit, on_cycle)
+    target = open_target(config)
+    if run_key is None:
+        summary = Applier(config, session, target, clock=clock).run(_limit(config, max_cycles), on_cycle)
+        summary.pruned_pairs = _retention(config, ledger, clock)
+        return summary
+    replay = record is not None and record.replays
+    record = ledger.begin(run_key, "replay" if replay else "apply", clock())
+    try:
+        if replay:
+            log.info("run %s is finished in the run ledger: replaying its %d cycles", run_key, len(record.cycles))
+            summary = replay_run(config, session, target, ledger, record, on_cycle)
+        else:
+            journal = RunJournal(ledger, record)
+            summary = Applier(config, session, target, journal=journal, clock=clock).run(
+                _limit(config, max_cycles), on_cycle
+            )
+        summary.pruned_pairs = _retention(config, ledger, clock)
+        record.pruned_pairs.extend(summary.pruned_pairs)
+    except Exception as e:
+        ledger.end(record, clock(), e)
+        raise
+    ledger.end(record, clock())
+    return summary
+
+
+def _limit(config: Config, max_cycles: int | None) -> int:
+    return config.apply.max_cycles_per_run if max_cycles is None else max_cycles
+
+
+def _retention(config: Config, ledger: RunLedger, clock: Clock) -> list[int]:
+    """Delete the applied pairs ``apply.intermediate_retention_hours`` lets go (none when unset)."""
+    hours = config.apply.intermediate_retention_hours
+    if hours is None:
+        return []
+    checkpoint = CheckpointStore(config.work_dir).load()
+    now = clock()
+    recent = ledger.records(written_after=now - dt.timedelta(hours=hours))
+    pruned = prune_intermediate(config.intermediate_dir, checkpoint, recent, hours, now)
+    if pruned:
+        log.info("intermediate retention (%g h) removed pairs %s", hours, describe_seqs(pruned))
+    return pruned

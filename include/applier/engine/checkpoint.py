@@ -32,6 +32,10 @@ class Checkpoint:
         tables: the table definitions seen so far.
         row_counts: rows each target table holds by the engine's count.
         committed_at: when the cycle was committed (UTC text).
+        table_cycles: for each table a cycle touched, the cycle its target
+            state holds (the target's ``committed_cycle`` after that cycle); a
+            table found holding less at the next start was restored. Absent
+            from checkpoints written before it existed (read as empty).
     """
 
     cycle_id: int = 0
@@ -42,6 +46,7 @@ class Checkpoint:
     tables: dict[str, TableDef] = field(default_factory=dict)
     row_counts: dict[str, int] = field(default_factory=dict)
     committed_at: str | None = None
+    table_cycles: dict[str, int] = field(default_factory=dict)
 
     def to_json(self) -> dict[str, Any]:
         data = asdict(self)
@@ -62,7 +67,8 @@ class Intent:
     seqs: list[int]
 
 
-def _write_atomically(path: Path, data: dict[str, Any]) -> None:
+def write_atomically(path: Path, data: dict[str, Any]) -> None:
+    """Replace ``path`` with ``data`` as JSON: a temporary file, fsync, rename, fsync of the folder."""
     tmp = path.with_name(f".{path.name}.tmp")
     with open(tmp, "w", encoding="utf-8") as fh:
         json.dump(data, fh, indent=1, sort_keys=True)
@@ -91,10 +97,14 @@ class CheckpointStore:
         return Checkpoint.from_json(json.loads(self.checkpoint_path.read_text(encoding="utf-8")))
 
     def save(self, checkpoint: Checkpoint) -> Checkpoint:
-        """Record ``checkpoint`` (stamped with the time) and clear the intent it fulfils."""
-        stamped = replace(checkpoint, committed_at=dt.datetime.now(dt.UTC).isoformat())
+        """Record ``checkpoint`` (stamped with the time unless it carries one) and clear the intent it fulfils."""
+        stamped = (
+            checkpoint
+            if checkpoint.committed_at
+            else replace(checkpoint, committed_at=dt.datetime.now(dt.UTC).isoformat())
+        )
         self.work_dir.mkdir(parents=True, exist_ok=True)
-        _write_atomically(self.checkpoint_path, stamped.to_json())
+        write_atomically(self.checkpoint_path, stamped.to_json())
         self.intent_path.unlink(missing_ok=True)
         return stamped
 
@@ -107,4 +117,4 @@ class CheckpointStore:
     def save_intent(self, intent: Intent) -> None:
         """Record which pairs the next cycle takes, before the target is touched."""
         self.work_dir.mkdir(parents=True, exist_ok=True)
-        _write_atomically(self.intent_path, asdict(intent))
+        write_atomically(self.intent_path, asdict(intent))

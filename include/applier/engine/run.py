@@ -11,6 +11,11 @@ The order of the steps is what makes a cycle exactly-once:
 
 A crash before 2 leaves nothing; between 2 and 4 the restart re-runs the same
 pairs and the tables that have the cycle skip it; after 4 the next cycle begins.
+
+A run with a run key records each cycle in the run ledger just before its
+checkpoint (:mod:`applier.engine.ledger`); a run starts by refusing a target
+whose tables hold less than the checkpoint recorded for them (restored from a
+backup): a backfill replay (:mod:`applier.engine.replay`) is the way back.
 """
 
 from __future__ import annotations
@@ -25,9 +30,11 @@ from applier.config import Config
 from applier.engine.buffers import TransactionBuffers
 from applier.engine.checking import PairChecker
 from applier.engine.checkpoint import Checkpoint, CheckpointStore, Intent
+from applier.engine.ledger import Clock, LedgerCycle, RunJournal, RunLedger, utc_now
 from applier.engine.reading import CycleInput, buffer_open_rows, missing_pair_error, read_cycle, reread_window
 from applier.engine.report import CycleReport, append_report
 from applier.engine.sparkapply import apply_committed
+from applier.errors import TargetError
 from applier.intermediate.pairs import PairRef, list_pairs
 from applier.intermediate.stream import StreamValidator
 from applier.planner import plan_cycle
@@ -38,11 +45,28 @@ log = logging.getLogger("applier")
 
 @dataclass
 class RunSummary:
-    """What a run did: its cycle reports and where it stopped."""
+    """What a run did: its cycle reports and where it stopped.
+
+    Attributes:
+        reports: the cycles this attempt ran through Spark (a replay: those it re-ran).
+        checkpoint: the checkpoint after the run (a replay leaves it as it was).
+        leftover_spills_removed: spill files of an earlier run deleted at the start.
+        run_key: the run's key, if it was given one.
+        replay: whether the run replayed a finished record instead of applying new pairs.
+        cycles: the run's cycles as the ledger records them: ids, pairs, positions,
+            net rows and per table ``applied``/``skipped`` (a replay:
+            ``reapplied``/``verified``); with a run key, every cycle of the key
+            (also those of an earlier, crashed attempt).
+        pruned_pairs: pairs intermediate retention deleted after the run.
+    """
 
     reports: list[CycleReport] = field(default_factory=list)
     checkpoint: Checkpoint = field(default_factory=Checkpoint)
     leftover_spills_removed: list[str] = field(default_factory=list)
+    run_key: str | None = None
+    replay: bool = False
+    cycles: list[LedgerCycle] = field(default_factory=list)
+    pruned_pairs: list[int] = field(default_factory=list)
 
 
 class Applier:
@@ -52,12 +76,19 @@ class Applier:
         config: the validated configuration.
         spark: the Spark session the cycles run in.
         target: where changes are applied.
+        journal: the run's ledger record, when the run has a key.
+        clock: the time of ledger entries.
     """
 
-    def __init__(self, config: Config, spark: Any, target: Target) -> None:
+    def __init__(
+        self, config: Config, spark: Any, target: Target, *, journal: RunJournal | None = None, clock: Clock = utc_now
+    ) -> None:
         self.config = config
         self.spark = spark
         self.target = target
+        self.journal = journal
+        self.clock = clock
+        self.cycles: list[LedgerCycle] = []
         self.store = CheckpointStore(config.work_dir)
         self.buffers = TransactionBuffers(
             config.spill_dir, config.configuration_name, config.apply.buffer_size_for_split_records
@@ -71,11 +102,15 @@ class Applier:
         Raises:
             IntermediateFileError: a refused pair, after everything before it
                 was applied and checkpointed.
-            TargetError: the target failed; the cycle was not checkpointed.
+            TargetError: the target failed (the cycle was not checkpointed), or
+                it holds less than the checkpoint says (restored: replay first).
         """
         summary = RunSummary(leftover_spills_removed=self.buffers.clear_leftovers())
         try:
             checkpoint = self.store.load()
+            self._refuse_restored_target(checkpoint)
+            if self.journal is not None:
+                self.journal.forget_after(checkpoint.cycle_id)
             validator = self._rebuild(checkpoint)
             while not max_cycles or len(summary.reports) < max_cycles:
                 cycle = self._next_cycle(checkpoint, validator)
@@ -93,7 +128,19 @@ class Applier:
             self.buffers.close()
             self.checker.close()
         summary.checkpoint = checkpoint
+        summary.cycles = self.journal.record.cycles if self.journal is not None else self.cycles
+        summary.run_key = self.journal.record.run_key if self.journal is not None else None
         return summary
+
+    def _refuse_restored_target(self, checkpoint: Checkpoint) -> None:
+        """Refuse to apply on top of tables holding less than the checkpoint recorded: they were restored."""
+        behind = {}
+        for table, recorded in sorted(checkpoint.table_cycles.items()):
+            held = self.target.committed_cycle(table)
+            if held < recorded:
+                behind[table] = (held, recorded)
+        if behind:
+            raise restored_target_error(behind, RunLedger(self.config.work_dir))
 
     def _rebuild(self, checkpoint: Checkpoint) -> StreamValidator:
         """Re-read ``restart_seq .. applied_seq`` to put open transactions back in the buffers."""
@@ -146,14 +193,17 @@ class Applier:
             for xid in cycle.rollbacks:
                 self.buffers.discard(xid)
             taken = {xid: t for xid in cycle.commits if (t := self.buffers.take(xid)) is not None}
-        self.store.save_intent(Intent(cycle_id, report.seqs))
+        self._record_intent(Intent(cycle_id, report.seqs))
         changed = apply_committed(self.spark, self.target, cycle_id, cycle, taken, validator.state.tables, report)
         counts = dict(checkpoint.row_counts)
         for table, (truncated, delta) in changed.items():
             counts[table] = (0 if truncated else counts.get(table, 0)) + delta
         with report.phase("checkpoint"):
             applied_seq = report.seqs[-1]
-            checkpoint = self.store.save(
+            # What each table holds now, as the target reads it (an empty change commits nothing).
+            held = {table: self.target.committed_cycle(table) for table in sorted(changed)}
+            checkpoint = self._commit(
+                checkpoint,
                 replace(
                     checkpoint,
                     cycle_id=cycle_id,
@@ -163,15 +213,60 @@ class Applier:
                     last_lsn=validator.state.last_lsn,
                     tables=dict(validator.state.tables),
                     row_counts=counts,
-                )
+                    table_cycles={**checkpoint.table_cycles, **held},
+                ),
+                report,
             )
             for xid in taken:
                 self.buffers.release(xid)
         report.open, report.applied_seq, report.restart_seq = len(still_open), applied_seq, checkpoint.restart_seq
         for kind, name, size in self.buffers.drain_spill_events():
             (report.spill_created if kind == "created" else report.spill_removed).append({"file": name, "bytes": size})
-        append_report(self.report_path, report)
+        self._file_report(report)
         return checkpoint, report
+
+    def _record_intent(self, intent: Intent) -> None:
+        self.store.save_intent(intent)
+
+    def _commit(self, before: Checkpoint, after: Checkpoint, report: CycleReport) -> Checkpoint:
+        """Record the cycle in the ledger, then write its checkpoint.
+
+        In this order, a crash between the two leaves a recorded cycle past the
+        checkpoint; the next attempt drops it (``forget_after``) and re-runs it.
+        """
+        after = replace(after, committed_at=self.clock().isoformat())
+        cycle = LedgerCycle.of(before, after, report)
+        self.cycles.append(cycle)
+        if self.journal is not None:
+            self.journal.add(cycle)
+        return self.store.save(after)
+
+    def _file_report(self, report: CycleReport) -> None:
+        append_report(self.report_path, report)
+
+
+def restored_target_error(behind: dict[str, tuple[int, int]], ledger: RunLedger) -> TargetError:
+    """The refusal of a restored target: each table behind with what it holds and what was recorded.
+
+    Args:
+        behind: table -> (cycle it holds, cycle the checkpoint recorded for it).
+        ledger: where the runs to replay are looked up.
+    """
+    tables = "; ".join(
+        f"table {t} holds cycle {held}, the checkpoint recorded cycle {want}" for t, (held, want) in behind.items()
+    )
+    first = min(held for held, _ in behind.values()) + 1
+    last = max(want for _, want in behind.values())
+    keys = ledger.keys_holding(first, last)
+    runs = (
+        f"the run ledger's runs holding cycles {first}..{last}: {', '.join(keys)}"
+        if keys
+        else f"no run in the run ledger holds cycles {first}..{last}, so a backfill cannot replay them"
+    )
+    return TargetError(
+        f"the target was restored to an earlier state ({tables}); replay the runs since with a backfill "
+        f"({runs}); see README 'Recovery'"
+    )
 
 
 def _pairs_of_intent(available: tuple[PairRef, ...], intent: Intent, config: Config) -> list[PairRef]:

@@ -22,7 +22,11 @@ class Target(Protocol):
     """Applies a cycle's net changes, one commit per table, tagged with the cycle."""
 
     def committed_cycle(self, table: str) -> int:
-        """The last cycle committed to ``table``; 0 when it is missing or was never written."""
+        """The cycle ``table``'s current state holds; 0 when it is missing or was never written.
+
+        After the table was restored to an earlier state (a backup, a Delta
+        RESTORE), the cycle of that state: restore detection and replays rely on it.
+        """
         ...
 
     def apply(self, cycle_id: int, changes: TableChanges) -> None:
@@ -53,4 +57,17 @@ def open_target(config: Config) -> Target:
         if config.target.path is None:
             raise ConfigError("target.path", None, "a folder is required for target.type delta")
         return DeltaTarget(config.target.path, config.configuration_name)
-    raise ConfigError("target.type", config.target.type, "use one of: delta")
+    if config.target.type == "postgres":
+        from applier.targets.postgres import PostgresTarget
+
+        if config.target.url is None:
+            raise ConfigError("target.url", None, "a connection string is required for target.type postgres")
+        return PostgresTarget(
+            config.target.url,
+            config.configuration_name,
+            schema_map=config.target.schema_map,
+            threads=config.apply.threads,
+            spill_dir=config.spill_dir,
+            buffer_size=config.apply.buffer_size_for_split_records,
+        )
+    raise ConfigError("target.type", config.target.type, "use one of: delta, postgres")

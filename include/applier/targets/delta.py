@@ -3,10 +3,14 @@
 One Delta table per source table, at ``<root>/<schema>/<table>``.
 
 Exactly once: a cycle's changes to a table land in ONE commit that carries the
-app transaction ``(app_id, cycle_id)``. Before writing, the table's transaction
-version for ``app_id`` is read and the cycle skipped when it is already at or
-past ``cycle_id``; delta-rs itself accepts a repeated or even a lower version,
-so this check is the only guard.
+app transaction ``(app_id, cycle_id)`` and the commit-info tags
+``applier.configuration`` / ``applier.cycle``. Before writing, the cycle the
+table's current state holds is read (:mod:`applier.targets.delta_log`: the
+newest tagged commit along the state's history, following RESTORE commits) and
+the cycle skipped when it is already at or past ``cycle_id``; delta-rs itself
+accepts a repeated or even a lower version, so this check is the only guard.
+The app transaction alone would over-report after ``DeltaTable.restore``, which
+keeps the undone commits' app transactions in the log.
 
 Schema commits: creating a table on first sight and adding nullable columns are
 commits of their own, made before the data commit and without the app
@@ -16,7 +20,8 @@ only means the next attempt finds the table already in shape.
 No-op cycles: an empty change writes nothing, and delta-rs writes no commit for
 a merge that changes no row, so ``committed_cycle`` is the last cycle that
 *changed* the table and may be lower than the last cycle applied. That is safe:
-re-applying an empty change is still empty.
+re-applying an empty change is still empty. (The engine therefore records,
+per table, what ``committed_cycle`` answers after each cycle, not the cycle.)
 
 Every write opens the table afresh: delta-rs writes against the snapshot of the
 ``DeltaTable`` it is given, and an overwrite from a stale snapshot keeps files
@@ -47,6 +52,7 @@ from applier.engine.changes import (
 )
 from applier.errors import TargetError
 from applier.intermediate.schema import SchemaError, TableDef, check_table_name
+from applier.targets.delta_log import commit_tags, cycle_on_path, tagged_cycle
 
 log = logging.getLogger(__name__)
 
@@ -89,21 +95,49 @@ class DeltaTarget:
         return path
 
     def committed_cycle(self, table: str) -> int:
-        """The last cycle committed to ``table``: its transaction version for the app id.
+        """The cycle ``table``'s current state holds (a restored table: the restored state's).
 
         Args:
             table: ``schema.table``.
 
         Returns:
-            The version; 0 when the table is missing or this app never wrote it.
+            The cycle; 0 when the table is missing or this app never wrote it.
 
         Raises:
-            TargetError: the table cannot be read.
+            TargetError: the table cannot be read, or its history cannot be followed.
         """
         path = self.table_path(table)
         with _target_errors(table, "reading the committed cycle"):
             current = _open(path)
-            return 0 if current is None else current.transaction_version(self.app_id) or 0
+            return 0 if current is None else self._held_cycle(table, path, current)
+
+    def _held_cycle(self, table: str, path: Path, current: DeltaTable) -> int:
+        """The cycle of the newest tagged commit along ``current``'s state (one log read when it is the newest).
+
+        Raises:
+            TargetError: a RESTORE commit of the table's history cannot be followed.
+        """
+        newest = current.history(1)
+        cycle = tagged_cycle(newest[0], self.app_id) if newest else None
+        if cycle is not None:
+            return cycle
+        limit = 16
+        while True:  # more of the log only while the walk needs it (a restore far back)
+            entries = current.history(limit)
+            by_version = {int(e["version"]): e for e in entries}
+            try:
+                answer = cycle_on_path(by_version, current.version(), self.app_id, complete=len(entries) < limit)
+            except ValueError as e:
+                raise TargetError(f"table {table}: cannot tell which cycle it holds: {e}") from e
+            if not answer.needs_older:
+                break
+            limit *= 8
+        if answer.cycle is not None:
+            return answer.cycle
+        state = current
+        if answer.state_version != current.version():
+            state = DeltaTable(str(path), version=answer.state_version)
+        return state.transaction_version(self.app_id) or 0
 
     def apply(self, cycle_id: int, changes: TableChanges) -> None:
         """Apply one table's net changes of a cycle in one commit tagged with the cycle.
@@ -130,14 +164,15 @@ class DeltaTarget:
         path = self.table_path(name)
         with _target_errors(name, f"applying cycle {cycle_id}"):
             current = _open(path)
-            done = 0 if current is None else current.transaction_version(self.app_id) or 0
+            done = 0 if current is None else self._held_cycle(name, path, current)
             if done >= cycle_id:
                 log.info("table %s: cycle %d already committed (cycle %d on record); skipped", name, cycle_id, done)
                 return
             table = _prepared(path, changes.table, current)
             if _is_empty(changes):
                 return
-            props = CommitProperties(app_transactions=[Transaction(self.app_id, cycle_id)])
+            tags = commit_tags(self.app_id, cycle_id)
+            props = CommitProperties(app_transactions=[Transaction(self.app_id, cycle_id)], custom_metadata=tags)
             if changes.counted is None:
                 _apply_keyed(table, path, changes, props)
             else:
