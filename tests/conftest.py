@@ -58,3 +58,18 @@ def pg_url() -> Iterator[str]:
 
     with fresh_database() as url:
         yield url
+
+
+@pytest.fixture(params=["delta", pytest.param("postgres", marks=pytest.mark.postgres)])
+def target_settings(request: pytest.FixtureRequest) -> Iterator[list[str]]:
+    """``--set`` overrides naming a target, once per target: Delta (the default), then PostgreSQL.
+
+    The PostgreSQL case gets a new database, dropped after the test.
+    """
+    if request.param == "delta":
+        yield []
+        return
+    from pg_support import fresh_database
+
+    with fresh_database() as url:
+        yield ["target.type=postgres", f"target.url={url}"]

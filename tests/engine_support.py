@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -10,7 +11,7 @@ import pyarrow as pa
 from applier.config import Config, load_config
 from applier.engine.api import run_applier
 from applier.engine.run import RunSummary
-from applier.targets.delta import DeltaTarget
+from applier.targets import open_target
 from reference.applier import RefTable, canonical_rows, reference_apply
 
 SPEC_TO_ARROW = {
@@ -33,9 +34,12 @@ def expected_arrow_type(spec_type: str) -> pa.DataType:
     return SPEC_TO_ARROW[spec_type]
 
 
-def make_config(tmp_path: Path, intermediate: Path, **apply: Any) -> Config:
-    """A configuration over ``intermediate`` with its output and Delta target under ``tmp_path``."""
-    overrides = [f"apply.{k}={v}" for k, v in apply.items()]
+def make_config(tmp_path: Path, intermediate: Path, target: Sequence[str] = (), **apply: Any) -> Config:
+    """A configuration over ``intermediate`` with its output (and a Delta target) under ``tmp_path``.
+
+    ``target`` holds overrides for another target (the ``target_settings`` fixture).
+    """
+    overrides = [f"apply.{k}={v}" for k, v in apply.items()] + list(target)
     return load_config(
         None,
         [
@@ -54,8 +58,7 @@ def run(config: Config, spark: Any, max_cycles: int | None = None) -> RunSummary
 
 def target_tables(config: Config, names: list[str]) -> dict[str, list[list[Any]]]:
     """Each table's rows in the reference's canonical form (missing table: no rows)."""
-    assert config.target.path is not None
-    target = DeltaTarget(config.target.path, config.configuration_name)
+    target = open_target(config)
     out: dict[str, list[list[Any]]] = {}
     for name in names:
         table = target.read_arrow(name)
@@ -68,8 +71,7 @@ def assert_target_equals_reference(
 ) -> dict[str, RefTable]:
     """Compare every table row for row and type for type with the independent reference applier."""
     expected = reference_apply(intermediate, through_seq)
-    assert config.target.path is not None
-    target = DeltaTarget(config.target.path, config.configuration_name)
+    target = open_target(config)
     for name, ref in expected.items():
         table = target.read_arrow(name)
         if table is None:

@@ -9,6 +9,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -19,7 +20,9 @@ from applier.engine.checkpoint import CheckpointStore
 from applier.engine.run import Applier
 from applier.generate import generate_workload
 from applier.targets import open_target
-from engine_support import assert_target_equals_reference, make_config, run
+from applier.targets.per_table import apply_tables
+from applier.targets.postgres import PostgresTarget
+from engine_support import assert_target_equals_reference, make_config, run, target_tables
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
 
@@ -46,6 +49,9 @@ class CrashingTarget:
         if self.applied == self.after:
             raise Crash
 
+    def apply_cycle(self, cycle_id: int, changes: Mapping[str, TableChanges], position: Mapping[str, int]) -> Any:
+        return apply_tables(self, 1, cycle_id, changes)
+
 
 @pytest.mark.parametrize("after_commits", [1, 4, 9])
 def test_a_crash_between_table_commits_is_finished_by_the_next_run(
@@ -66,12 +72,54 @@ def test_a_crash_between_table_commits_is_finished_by_the_next_run(
     assert_target_equals_reference(config, tmp_path / "in")
 
 
+@pytest.mark.postgres
+@pytest.mark.parametrize("after_tables", [1, 3])
+def test_a_crash_inside_the_postgres_cycle_transaction_leaves_no_trace(
+    tmp_path: Path, spark: Any, monkeypatch: pytest.MonkeyPatch, pg_url: str, after_tables: int
+) -> None:
+    workload = generate_workload(tmp_path / "in", seed=14, transactions=150, file_size_mb=0.04, profile="demo")
+    config = make_config(
+        tmp_path,
+        tmp_path / "in",
+        ["target.type=postgres", f"target.url={pg_url}"],
+        process_intermediate_size_per_job=0.08,
+        buffer_size_for_split_records=1024,
+    )
+    run(config, spark, max_cycles=1)
+    tables = sorted(CheckpointStore(config.work_dir).load().tables)
+    before = {t: sorted(map(repr, r)) for t, r in target_tables(config, tables).items()}
+    applied = {"n": 0}
+    real_apply = PostgresTarget._apply_table
+
+    def dying_apply(self: PostgresTarget, conn: Any, staged: Any) -> None:
+        real_apply(self, conn, staged)
+        applied["n"] += 1
+        if applied["n"] == after_tables:
+            raise Crash
+
+    monkeypatch.setattr(PostgresTarget, "_apply_table", dying_apply)
+    with pytest.raises(Crash):
+        run(config, spark, max_cycles=1)
+    monkeypatch.setattr(PostgresTarget, "_apply_table", real_apply)
+    after = {t: sorted(map(repr, r)) for t, r in target_tables(config, tables).items()}
+    assert after == before, "nothing of the crashed cycle is visible"
+    assert open_target(config).committed_cycle("any.table") == 1
+    summary = run(config, spark)
+    assert summary.reports[0].cycle_id == 2 and not summary.reports[0].skipped_tables
+    assert summary.checkpoint.applied_seq == workload.pairs
+    assert_target_equals_reference(config, tmp_path / "in")
+
+
 def test_a_crash_before_the_checkpoint_is_finished_by_the_next_run(
-    tmp_path: Path, spark: Any, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, spark: Any, monkeypatch: pytest.MonkeyPatch, target_settings: list[str]
 ) -> None:
     workload = generate_workload(tmp_path / "in", seed=12, transactions=150, file_size_mb=0.04, profile="demo")
     config = make_config(
-        tmp_path, tmp_path / "in", process_intermediate_size_per_job=0.08, buffer_size_for_split_records=1024
+        tmp_path,
+        tmp_path / "in",
+        target_settings,
+        process_intermediate_size_per_job=0.08,
+        buffer_size_for_split_records=1024,
     )
     saves = {"n": 0}
     real_save = CheckpointStore.save
@@ -97,7 +145,9 @@ def _cycles_done(report: Path) -> int:
     return len(report.read_text().splitlines()) if report.exists() else 0
 
 
-def test_sigkill_at_random_points_then_restart_reaches_the_uninterrupted_state(tmp_path: Path) -> None:
+def test_sigkill_at_random_points_then_restart_reaches_the_uninterrupted_state(
+    tmp_path: Path, target_settings: list[str]
+) -> None:
     workload = generate_workload(
         tmp_path / "in", seed=13, transactions=300, file_size_mb=0.03, profile="long-transactions"
     )
@@ -108,7 +158,8 @@ def test_sigkill_at_random_points_then_restart_reaches_the_uninterrupted_state(t
         "apply: {process_intermediate_size_per_job: 0.05, buffer_size_for_split_records: 1024}\n"
     )
     report = tmp_path / "out" / "crash" / "cycles.jsonl"
-    command = [sys.executable, "-m", "applier.cli", "run", "--config", str(config_file)]
+    settings = [arg for setting in target_settings for arg in ("--set", setting)]
+    command = [sys.executable, "-m", "applier.cli", "run", "--config", str(config_file), *settings]
     rng = random.Random(13)
     kills = 0
     for _ in range(3):
@@ -127,7 +178,7 @@ def test_sigkill_at_random_points_then_restart_reaches_the_uninterrupted_state(t
     assert done.returncode == 0, done.stderr[-3000:]
     from applier.config import load_config
 
-    config = load_config(config_file)
+    config = load_config(config_file, target_settings)
     checkpoint = CheckpointStore(config.work_dir).load()
     assert checkpoint.applied_seq == workload.pairs
     assert_target_equals_reference(config, tmp_path / "in")

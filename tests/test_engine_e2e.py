@@ -1,4 +1,4 @@
-"""End to end: generated workloads applied to Delta equal the independent reference applier."""
+"""End to end: generated workloads applied to each target equal the independent reference applier."""
 
 from __future__ import annotations
 
@@ -24,13 +24,19 @@ CASES = {
 
 
 @pytest.mark.parametrize("case", sorted(CASES))
-def test_generated_workload_applied_equals_the_reference(tmp_path: Path, spark: Any, case: str) -> None:
+def test_generated_workload_applied_equals_the_reference(
+    tmp_path: Path, spark: Any, case: str, target_settings: list[str]
+) -> None:
     profile, seed, transactions, file_mb, limit_mb, buffer = CASES[case]
     workload = generate_workload(
         tmp_path / "in", seed=seed, transactions=transactions, file_size_mb=file_mb, profile=profile
     )
     config = make_config(
-        tmp_path, tmp_path / "in", process_intermediate_size_per_job=limit_mb, buffer_size_for_split_records=buffer
+        tmp_path,
+        tmp_path / "in",
+        target_settings,
+        process_intermediate_size_per_job=limit_mb,
+        buffer_size_for_split_records=buffer,
     )
     summary = run(config, spark)
     assert summary.checkpoint.applied_seq == workload.pairs
@@ -48,10 +54,16 @@ def test_generated_workload_applied_equals_the_reference(tmp_path: Path, spark: 
     assert not list(config.spill_dir.glob("*.spill")), "no spill file outlives the run"
 
 
-def test_a_run_limited_in_cycles_resumes_where_it_stopped(tmp_path: Path, spark: Any) -> None:
+def test_a_run_limited_in_cycles_resumes_where_it_stopped(
+    tmp_path: Path, spark: Any, target_settings: list[str]
+) -> None:
     workload = generate_workload(tmp_path / "in", seed=5, transactions=200, file_size_mb=0.04, profile="demo")
     config = make_config(
-        tmp_path, tmp_path / "in", process_intermediate_size_per_job=0.05, buffer_size_for_split_records=1024
+        tmp_path,
+        tmp_path / "in",
+        target_settings,
+        process_intermediate_size_per_job=0.05,
+        buffer_size_for_split_records=1024,
     )
     first = run(config, spark, max_cycles=2)
     assert len(first.reports) == 2

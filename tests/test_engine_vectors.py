@@ -15,7 +15,7 @@ import pytest
 from applier.config import Config, load_config
 from applier.engine.checkpoint import CheckpointStore
 from applier.errors import IntermediateFileError
-from applier.targets.delta import DeltaTarget
+from applier.targets import open_target
 from conftest import spec_dir
 from engine_support import make_config, run
 from reference.applier import canonical_rows
@@ -29,8 +29,7 @@ def _folders(kind: str) -> list[str]:
 
 
 def assert_tables_as_expected(config: Config, expected: dict[str, Any]) -> None:
-    assert config.target.path is not None
-    target = DeltaTarget(config.target.path, config.configuration_name)
+    target = open_target(config)
     for name, want in expected["tables"].items():
         table = target.read_arrow(name)
         if table is None:
@@ -54,18 +53,22 @@ def _copy(name: str, kind: str, tmp_path: Path) -> Path:
 
 
 @pytest.mark.parametrize("name", _folders("valid"))
-def test_a_valid_folder_gives_exactly_the_expected_tables(tmp_path: Path, spark: Any, name: str) -> None:
+def test_a_valid_folder_gives_exactly_the_expected_tables(
+    tmp_path: Path, spark: Any, name: str, target_settings: list[str]
+) -> None:
     expected = json.loads((VECTORS / "valid" / name / "expected.json").read_text())
-    config = make_config(tmp_path, _copy(name, "valid", tmp_path))
+    config = make_config(tmp_path, _copy(name, "valid", tmp_path), target_settings)
     summary = run(config, spark)
     assert summary.checkpoint.applied_seq == expected["applied_through_seq"]
     assert_tables_as_expected(config, expected)
 
 
 @pytest.mark.parametrize("name", _folders("invalid"))
-def test_an_invalid_folder_applies_pair_1_and_refuses_pair_2(tmp_path: Path, spark: Any, name: str) -> None:
+def test_an_invalid_folder_applies_pair_1_and_refuses_pair_2(
+    tmp_path: Path, spark: Any, name: str, target_settings: list[str]
+) -> None:
     expected = json.loads((VECTORS / "invalid" / name / "expected.json").read_text())
-    config = make_config(tmp_path, _copy(name, "invalid", tmp_path))
+    config = make_config(tmp_path, _copy(name, "invalid", tmp_path), target_settings)
     with pytest.raises(IntermediateFileError) as refused:
         run(config, spark)
     assert refused.value.exit_code == 3 and refused.value.code == expected["what"]

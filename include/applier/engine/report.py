@@ -34,6 +34,7 @@ class CycleReport:
     spill_created: list[dict[str, Any]] = field(default_factory=list)
     spill_removed: list[dict[str, Any]] = field(default_factory=list)
     skipped_tables: list[str] = field(default_factory=list)
+    load_batches: list[list[str]] = field(default_factory=list)
     seconds: dict[str, float] = field(default_factory=dict)
     table_seconds: dict[str, dict[str, float]] = field(default_factory=dict)
     applied_seq: int = 0

@@ -194,12 +194,17 @@ class Applier:
                 self.buffers.discard(xid)
             taken = {xid: t for xid in cycle.commits if (t := self.buffers.take(xid)) is not None}
         self._record_intent(Intent(cycle_id, report.seqs))
-        changed = apply_committed(self.spark, self.target, cycle_id, cycle, taken, validator.state.tables, report)
+        applied_seq = report.seqs[-1]
+        applied_commit_lsn = max(cycle.commits.values(), default=checkpoint.applied_commit_lsn)
+        restart_seq = validator.restart_seq(applied_seq)
+        position = dict(applied_seq=applied_seq, applied_commit_lsn=applied_commit_lsn or 0, restart_seq=restart_seq)
+        changed = apply_committed(
+            self.spark, self.target, cycle_id, cycle, taken, validator.state.tables, report, position
+        )
         counts = dict(checkpoint.row_counts)
         for table, (truncated, delta) in changed.items():
             counts[table] = (0 if truncated else counts.get(table, 0)) + delta
         with report.phase("checkpoint"):
-            applied_seq = report.seqs[-1]
             # What each table holds now, as the target reads it (an empty change commits nothing).
             held = {table: self.target.committed_cycle(table) for table in sorted(changed)}
             checkpoint = self._commit(
@@ -208,8 +213,8 @@ class Applier:
                     checkpoint,
                     cycle_id=cycle_id,
                     applied_seq=applied_seq,
-                    applied_commit_lsn=max(cycle.commits.values(), default=checkpoint.applied_commit_lsn),
-                    restart_seq=validator.restart_seq(applied_seq),
+                    applied_commit_lsn=applied_commit_lsn,
+                    restart_seq=restart_seq,
                     last_lsn=validator.state.last_lsn,
                     tables=dict(validator.state.tables),
                     row_counts=counts,

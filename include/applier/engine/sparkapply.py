@@ -8,9 +8,7 @@ the target applies them in one commit per table tagged with the cycle.
 
 from __future__ import annotations
 
-import time
 from collections.abc import Mapping
-from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import pyarrow as pa
@@ -24,9 +22,6 @@ from applier.engine.touches import last_truncates
 from applier.intermediate.schema import TableDef
 from applier.targets import Target
 
-# Tables committed at once: delta-rs commits of different tables are
-# independent and release the GIL; few enough not to crowd a small driver.
-_TABLE_THREADS = 4
 DAT_DDL = "lsn long, xid string, `table` string, op string, before string, after string"
 
 
@@ -58,13 +53,18 @@ def apply_committed(
     taken: Mapping[str, BufferedTxn],
     tables: Mapping[str, TableDef],
     report: CycleReport,
+    position: Mapping[str, int],
 ) -> dict[str, tuple[bool, int]]:
     """Compile and apply the cycle's committed transactions.
 
-    One Spark job compiles every table's net changes; then the tables are
-    committed side by side on a few threads (delta-rs commits are independent
-    per table). A failure of one stops the cycle before its checkpoint, and
-    tables already committed skip the cycle when it is re-run.
+    One Spark job compiles every table's net changes; the target then applies
+    them its way (:meth:`~applier.targets.Target.apply_cycle`). A failure stops
+    the cycle before its checkpoint, and what the target committed of it is
+    skipped when it is re-run.
+
+    Args:
+        position: ``applied_seq``, ``applied_commit_lsn`` and ``restart_seq``
+            after the cycle, for targets that keep their checkpoint with the data.
 
     Returns:
         For each table changed: whether it was truncated, and the change in its
@@ -84,26 +84,18 @@ def apply_committed(
         )
         compiled = compile_cycle(committed_rows(rows, commits), tables, truncates, touched)
 
-    def one_table(name: str) -> tuple[str, TableChanges, bool, dict[str, float]]:
-        started = time.perf_counter()
-        changes = compiled[name]
-        skipped = target.committed_cycle(name) >= cycle_id
-        if not skipped:
-            target.apply(cycle_id, changes)
-        return name, changes, skipped, {"apply": round(time.perf_counter() - started, 3)}
-
-    with report.phase("tables"), ThreadPoolExecutor(max_workers=_TABLE_THREADS) as pool:
-        results = list(pool.map(one_table, sorted(compiled)))
-    return {name: _record(report, name, changes, skipped, seconds) for name, changes, skipped, seconds in results}
+    with report.phase("tables"):
+        load = target.apply_cycle(cycle_id, compiled, position)
+    report.skipped_tables.extend(load.skipped_tables)
+    report.table_seconds.update(load.table_seconds)
+    report.load_batches = load.batches
+    report.spill_created.extend(load.spill_created)
+    report.spill_removed.extend(load.spill_removed)
+    return {name: _record(report, name, changes) for name, changes in sorted(compiled.items())}
 
 
-def _record(
-    report: CycleReport, name: str, changes: TableChanges, skipped: bool, seconds: dict[str, float]
-) -> tuple[bool, int]:
+def _record(report: CycleReport, name: str, changes: TableChanges) -> tuple[bool, int]:
     """Put one table's figures in the report; return (truncated, row-count change)."""
-    if skipped:
-        report.skipped_tables.append(name)
-    report.table_seconds[name] = seconds
     report.net_rows[name] = {op: n for op, n in changes.stats.items() if n}
     if changes.truncate:
         report.log_order_segments.append(f"{name}: truncate")

@@ -7,7 +7,9 @@ place that turns the configuration into a target.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Protocol
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Protocol
 
 from applier.errors import ConfigError
 
@@ -18,8 +20,35 @@ if TYPE_CHECKING:
     from applier.engine.changes import TableChanges
 
 
+@dataclass
+class CycleLoad:
+    """What applying one cycle to a target did, for the cycle report.
+
+    Attributes:
+        skipped_tables: tables that already held the cycle (a re-run after a crash).
+        batches: the tables loaded together, batch by batch (targets with load connections).
+        spill_created: table spill files written while waiting for a load connection
+            (``{"file": name, "bytes": size}``).
+        spill_removed: the same files, removed once the cycle committed.
+        table_seconds: per table, seconds per step.
+        seconds: seconds per step of the whole cycle.
+    """
+
+    skipped_tables: list[str] = field(default_factory=list)
+    batches: list[list[str]] = field(default_factory=list)
+    spill_created: list[dict[str, Any]] = field(default_factory=list)
+    spill_removed: list[dict[str, Any]] = field(default_factory=list)
+    table_seconds: dict[str, dict[str, float]] = field(default_factory=dict)
+    seconds: dict[str, float] = field(default_factory=dict)
+
+
 class Target(Protocol):
-    """Applies a cycle's net changes, one commit per table, tagged with the cycle."""
+    """Applies a cycle's net changes, exactly once, tagged with the cycle.
+
+    How a cycle commits is the target's: the Delta target commits each table
+    on its own (tagged, so a re-run skips tables that hold the cycle); the
+    PostgreSQL target commits all tables and its checkpoint row at once.
+    """
 
     def committed_cycle(self, table: str) -> int:
         """The cycle ``table``'s current state holds; 0 when it is missing or was never written.
@@ -29,8 +58,21 @@ class Target(Protocol):
         """
         ...
 
-    def apply(self, cycle_id: int, changes: TableChanges) -> None:
-        """Apply one table's net changes of cycle ``cycle_id`` in one commit; nothing if already committed."""
+    def apply_cycle(
+        self, cycle_id: int, changes: Mapping[str, TableChanges], position: Mapping[str, int]
+    ) -> CycleLoad:
+        """Apply every table's net changes of cycle ``cycle_id``; tables that hold it already are skipped.
+
+        Args:
+            cycle_id: the cycle, 1 or more.
+            changes: each table's net changes.
+            position: ``applied_seq``, ``applied_commit_lsn`` and ``restart_seq``
+                after the cycle, for targets that keep their checkpoint with the data.
+
+        Raises:
+            TargetError: naming the table; what the target committed of the
+                cycle is skipped when the cycle is re-run.
+        """
         ...
 
     def read_arrow(self, table: str) -> pa.Table | None:
@@ -56,7 +98,7 @@ def open_target(config: Config) -> Target:
 
         if config.target.path is None:
             raise ConfigError("target.path", None, "a folder is required for target.type delta")
-        return DeltaTarget(config.target.path, config.configuration_name)
+        return DeltaTarget(config.target.path, config.configuration_name, threads=config.apply.threads)
     if config.target.type == "postgres":
         from applier.targets.postgres import PostgresTarget
 

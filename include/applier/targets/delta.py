@@ -31,7 +31,7 @@ added after it. The target assumes it is the only writer of its tables.
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -52,7 +52,9 @@ from applier.engine.changes import (
 )
 from applier.errors import TargetError
 from applier.intermediate.schema import SchemaError, TableDef, check_table_name
+from applier.targets import CycleLoad
 from applier.targets.delta_log import commit_tags, cycle_on_path, tagged_cycle
+from applier.targets.per_table import apply_tables
 
 log = logging.getLogger(__name__)
 
@@ -65,11 +67,22 @@ class DeltaTarget:
     Args:
         root: the folder holding ``<schema>/<table>`` Delta tables (``target.path``).
         app_id: the app id of the app transactions (the configuration name).
+        threads: tables committed at once by :meth:`apply_cycle`.
     """
 
-    def __init__(self, root: Path, app_id: str) -> None:
+    def __init__(self, root: Path, app_id: str, *, threads: int = 4) -> None:
         self.root = Path(root).resolve()
         self.app_id = app_id
+        self.threads = threads
+
+    def apply_cycle(
+        self, cycle_id: int, changes: Mapping[str, TableChanges], position: Mapping[str, int]
+    ) -> CycleLoad:
+        """Apply a cycle table by table, ``threads`` tables at once (each one tagged commit, see :meth:`apply`).
+
+        The position is not needed: each table's commit carries the cycle.
+        """
+        return apply_tables(self, self.threads, cycle_id, changes)
 
     def table_path(self, table: str) -> Path:
         """The folder of ``table``'s Delta table.

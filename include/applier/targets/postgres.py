@@ -29,7 +29,7 @@ import time
 from collections.abc import Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -40,6 +40,7 @@ from psycopg import sql
 from applier.engine.changes import TableChanges
 from applier.errors import TargetError
 from applier.intermediate.schema import TableDef, check_table_name
+from applier.targets import CycleLoad
 from applier.targets import pg_sql as q
 from applier.targets.pg_load import csv_bytes, read_batches, staging_rows, table_id, write_spill
 
@@ -67,17 +68,6 @@ def redacted(url: str) -> str:
         return "<unparsable connection string>"
     params.pop("password", None)
     return psycopg.conninfo.make_conninfo(**{k: str(v) for k, v in params.items()})
-
-
-@dataclass
-class CycleLoad:
-    """What loading and committing one cycle did (for the cycle report)."""
-
-    skipped: bool = False
-    batches: list[list[str]] = field(default_factory=list)
-    spill_created: list[dict[str, Any]] = field(default_factory=list)
-    spill_removed: list[dict[str, Any]] = field(default_factory=list)
-    seconds: dict[str, float] = field(default_factory=dict)
 
 
 @dataclass
@@ -215,13 +205,14 @@ class PostgresTarget:
         for name in changes:
             check_table_name(name)
         if self.committed_cycle() >= cycle_id:
-            load.skipped = True
+            load.skipped_tables = sorted(changes)
             return load
         try:
             started = time.perf_counter()
             staged = self._load(changes, load)
             loaded = time.perf_counter()
-            load.skipped = not self._commit(cycle_id, staged, position)
+            if not self._commit(cycle_id, staged, position):
+                load.skipped_tables = sorted(changes)
             load.seconds = {"load": round(loaded - started, 3), "commit": round(time.perf_counter() - loaded, 3)}
         except TargetError:
             self.close()  # a broken transaction or connection: start afresh next time
