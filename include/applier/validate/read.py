@@ -1,8 +1,8 @@
 """Target tables as Spark DataFrames, for validation.
 
 :func:`read_target_table` is the one place that asks which target the
-configuration names; a PostgreSQL target (read over JDBC) slots in beside the
-Delta one.
+configuration names. A PostgreSQL table is read by the target into Arrow and
+handed to Spark (:func:`read_through_arrow`).
 
 A Delta table is read without Spark's Delta jars (which cannot be fetched
 here): delta-rs lists the Parquet files of the table's current version and
@@ -26,6 +26,7 @@ from pyspark.sql import types as T
 
 from applier.config import Config
 from applier.errors import ConfigError, TargetError
+from applier.targets import Target, open_target
 from applier.targets.delta import DeltaTarget
 
 # Reader features whose tables cannot be read as plain Parquet files.
@@ -53,7 +54,23 @@ def read_target_table(config: Config, spark: Any, table: str) -> Any | None:
             raise ConfigError("target.path", None, "a folder is required for target.type delta")
         path = DeltaTarget(config.target.path, config.configuration_name).table_path(table)
         return read_delta_table(spark, path, table)
-    raise ConfigError("target.type", config.target.type, "validation reads: delta")
+    if config.target.type == "postgres":
+        return read_through_arrow(spark, open_target(config), table)
+    raise ConfigError("target.type", config.target.type, "validation reads: delta, postgres")
+
+
+def read_through_arrow(spark: Any, target: Target, table: str) -> Any | None:
+    """A table the target reads as Arrow (PostgreSQL), as a Spark DataFrame built from it in the driver.
+
+    The whole table passes through the driver's memory: fine for validating
+    the tables these tests and demos load; a warehouse of large tables is
+    better validated over Spark's JDBC reader, which needs the PostgreSQL JDBC
+    driver on Spark's class path.
+    """
+    rows = target.read_arrow(table)
+    if rows is None:
+        return None
+    return spark.createDataFrame(rows)
 
 
 def read_delta_table(spark: Any, path: Path, table: str) -> Any | None:
