@@ -48,6 +48,10 @@ def test_generated_workload_applied_equals_the_reference(
     assert sorted(s for r in reports for s in r["seqs"]) == list(range(1, workload.pairs + 1))
     if buffer <= 2048:
         assert any(r["spill_created"] for r in reports), "a tiny buffer must spill"
+    if target_settings:  # PostgreSQL: tables load in batches of at most apply.threads connections
+        batches = [b for r in reports for b in r["load_batches"]]
+        assert batches and all(1 <= len(b) <= config.apply.threads for b in batches)
+        assert {t for b in batches for t in b} == {t for r in reports for t in r["net_rows"]}
     created = [s["file"] for r in reports for s in r["spill_created"]]
     removed = [s["file"] for r in reports for s in r["spill_removed"]]
     assert set(removed) <= set(created)
