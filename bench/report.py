@@ -75,6 +75,11 @@ def _title(r: dict[str, Any], fig: _Figures, add: Add) -> None:
 
 def _machine(r: dict[str, Any], fig: _Figures, add: Add) -> None:
     """The machine, its load and the versions that matter."""
+    machine_section(r, add)
+
+
+def machine_section(r: dict[str, Any], add: Add) -> None:
+    """The machine, its load and the versions (from ``machine``, ``load_before``/``_after``, ``driver_memory``)."""
     m = r["machine"]
     add("## Machine")
     add("")
@@ -102,6 +107,11 @@ def _machine(r: dict[str, Any], fig: _Figures, add: Add) -> None:
 
 def _workload(r: dict[str, Any], fig: _Figures, add: Add) -> None:
     """The generated workload."""
+    workload_section(r, add)
+
+
+def workload_section(r: dict[str, Any], add: Add) -> None:
+    """The generated workload (``workload``, ``transactions``, ``file_size_note``)."""
     w = r["workload"]
     add("## Workload")
     add("")

@@ -257,3 +257,8 @@ def test_two_load_connections_load_ten_tables_in_batches_and_spill_the_waiting(p
         assert len(rows(pg_url, td.name, "id")) == 200
     with psycopg.connect(pg_url) as conn:
         assert conn.execute("SELECT count(*) FROM pg_tables WHERE schemaname = 'applier_staging'").fetchone() == (0,)
+
+
+def test_csv_of_a_table_whose_first_chunk_is_empty_holds_just_its_rows() -> None:
+    rows = pa.concat_tables([pa.table({"s": pa.array([], pa.string())}), pa.table({"s": ["x", None]})])
+    assert csv_bytes(rows) == b'"x"\n\n'

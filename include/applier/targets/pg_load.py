@@ -87,6 +87,8 @@ def bytea_text(values: pa.Array) -> pa.Array:
 
 def csv_bytes(rows: pa.Table | pa.RecordBatch) -> bytes:
     """``rows`` as CSV for ``COPY … (FORMAT csv)``, binary columns as ``bytea`` hex."""
+    if isinstance(rows, pa.Table):
+        rows = rows.combine_chunks()  # pyarrow's CSV writer mishandles a table whose first chunk is empty
     columns = []
     for column in rows.columns:
         chunks = column.chunks if isinstance(column, pa.ChunkedArray) else [column]

@@ -1,0 +1,286 @@
+"""The PostgreSQL apply benchmark (issue 5): compiled apply against per-transaction, row-by-row and the limit.
+
+One invocation generates one update-heavy workload (profile ``bench``) and
+runs, each in a fresh process against a fresh database on the same server:
+
+1. the compiled apply end to end (``applier run`` with ``target.type:
+   postgres``), once with no cycle size limit and once with a limit giving
+   about six cycles;
+2. the calibrated limit: Spark reading every ``.dat`` file and parsing every
+   image, plus COPY of the final rows alone into staging tables and their
+   set-wise apply (:mod:`bench.pg_limit`);
+3. ``MERGE`` against ``INSERT … ON CONFLICT`` on the same staged rows
+   (:mod:`bench.pg_forms`);
+4. per-transaction apply: each source transaction staged and applied on its
+   own (:mod:`bench.pg_pertxn`), on a prefix, extrapolated linearly;
+5. log-order row-by-row apply: one statement per change, one commit per source
+   transaction (:mod:`bench.pg_rowbyrow`), on a prefix, extrapolated linearly.
+
+Then it writes a Markdown report. Usage::
+
+    python -m bench.pg_bench --out docs/benchmarks-postgres.md
+
+Exit code 0 when every measurement ran, whether or not the goals are met;
+1 when a step failed (the work folder is then kept for inspection). The
+databases are dropped either way.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+import os
+import shutil
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from bench.common import SPARK_MASTER, BenchError, progress
+from bench.engine import choose_cycle_limit, read_cycles, summarize_cycles, write_config
+from bench.measure import load_average, machine_facts, run_measured, run_part, spark_env, tail
+from bench.pg_forms import part_forms
+from bench.pg_limit import part_limit
+from bench.pg_pertxn import part_pertxn
+from bench.pg_report import render
+from bench.pg_rowbyrow import part_rowbyrow
+from bench.pg_server import DEFAULT_SERVER, Databases, fingerprints
+from bench.workload import generate, latest_table_defs, prepare_workdir
+
+MODULE = "bench.pg_bench"
+DEFAULT_WORKDIR = Path("/tmp/cdc-pg-bench")
+PARTS: dict[str, Callable[[dict[str, Any]], dict[str, Any]]] = {
+    "limit": part_limit,
+    "forms": part_forms,
+    "pertxn": part_pertxn,
+    "rowbyrow": part_rowbyrow,
+}
+
+
+def run_part_here(name: str, params_path: Path) -> int:
+    """The child side of :func:`bench.measure.run_part`: run one part and write its JSON result."""
+    import logging
+
+    logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    params = json.loads(params_path.read_text(encoding="utf-8"))
+    result = PARTS[name](params)
+    Path(params["result"]).write_text(json.dumps(result, indent=1, default=str), encoding="utf-8")
+    return 0
+
+
+def compiled_settings(
+    workdir: Path, name: str, intermediate: Path, url: str, limit_mib: float, args: argparse.Namespace
+) -> list[str]:
+    """The ``--set`` overrides of one compiled run (its files under ``workdir/name``, its tables at ``url``)."""
+    return [
+        f"configuration_name={name}",
+        f"intermediate_dir={intermediate}",
+        f"output_dir={workdir / name / 'output'}",
+        "target.type=postgres",
+        f"target.url={url}",
+        f"apply.threads={args.threads}",
+        f"apply.process_intermediate_size_per_job={limit_mib}",
+        "apply.max_cycles_per_run=0",
+        f"spark.master={SPARK_MASTER}",
+        f"spark.conf.spark.driver.memory={args.driver_memory}",
+    ]
+
+
+def load_batches(cycles: list[dict[str, Any]]) -> list[list[list[str]]]:
+    """Each cycle's load batches (the tables loaded together), as the cycle reports hold them."""
+    return [c.get("load_batches", c.get("batches", [])) for c in cycles]
+
+
+def run_compiled(
+    workdir: Path, name: str, intermediate: Path, url: str, limit_mib: float, args: argparse.Namespace
+) -> dict[str, Any]:
+    """``applier run`` with the PostgreSQL target in a fresh process; wall, tree memory and the cycle reports.
+
+    Raises:
+        BenchError: the run failed.
+    """
+    settings = compiled_settings(workdir, name, intermediate, url, limit_mib, args)
+    config = write_config(workdir / name / "config.yaml", settings)
+    cmd = [sys.executable, "-m", "applier.cli", "run", "--config", str(config)]
+    log_path = workdir / name / "run.log"
+    code, wall, peak = run_measured(cmd, log_path, f"compiled {name}")
+    if code != 0:
+        raise BenchError(f"applier run ({name}) exited {code}; log {log_path}:\n{tail(log_path)}")
+    cycles = read_cycles(workdir / name / "output" / name / "cycles.jsonl")
+    result = {
+        "name": name,
+        "limit_mib": limit_mib,
+        "wall_s": wall,
+        "peak_tree_mib": peak,
+        "load_batches": load_batches(cycles),
+        **summarize_cycles(cycles),
+    }
+    result["rows_per_s"] = result["rows_read"] / wall if wall else 0.0
+    progress(f"compiled {name}: {result['cycles']} cycles, {result['rows_read']} rows in {wall:.1f} s")
+    return result
+
+
+def _baseline(name: str, dbs: Databases, workdir: Path, intermediate: Path, prefix: int) -> tuple[dict[str, Any], str]:
+    """One prefix baseline (``pertxn`` or ``rowbyrow``) on a new database; its result and the database."""
+    url = dbs.create(name)
+    dbs.checkpoint()
+    result = run_part(name, {"intermediate_dir": str(intermediate), "url": url, "prefix": prefix}, workdir, MODULE)
+    progress(
+        f"{name}: {result['transactions']} transactions, {result['rows']} changes, {result['statements']} "
+        f"statements in {result['seconds']:.1f} s"
+    )
+    return result, url
+
+
+def _measure(args: argparse.Namespace, workdir: Path, dbs: Databases, report: dict[str, Any]) -> None:
+    """Every measurement in order, into ``report``.
+
+    Raises:
+        BenchError: a step failed.
+    """
+    intermediate = workdir / "intermediate"
+    tables = list(latest_table_defs(intermediate))
+    one_url = dbs.create("compiled")
+    dbs.checkpoint()
+    report["compiled_one"] = run_compiled(workdir, "pg_one", intermediate, one_url, 0, args)
+    limit_mib, planned = choose_cycle_limit(intermediate)
+    progress(f"cycle limit {limit_mib} MiB plans {planned} cycles")
+    many_url = dbs.create("cycles")
+    dbs.checkpoint()
+    report["compiled_cycles"] = run_compiled(workdir, "pg_cycles", intermediate, many_url, limit_mib, args)
+    report["target_rows"] = {"one": fingerprints(one_url, tables), "cycles": fingerprints(many_url, tables)}
+    report["compiled_agree"] = report["target_rows"]["one"] == report["target_rows"]["cycles"]
+    dbs.drop(many_url)
+
+    settings = compiled_settings(workdir, "pg_limit", intermediate, one_url, 0, args)
+    for part, extra in (("limit", {"settings": settings}), ("forms", {"repeats": args.forms_repeats})):
+        url = dbs.create(part)
+        dbs.checkpoint()
+        params = {"intermediate_dir": str(intermediate), "source_url": one_url, "url": url, **extra}
+        report[part] = run_part(part, params, workdir, MODULE)
+        dbs.drop(url)
+    dbs.drop(one_url)
+
+    committed = report["workload"]["committed"]
+    per_prefix, row_prefix = min(args.pertxn_prefix, committed), min(args.rowbyrow_prefix, committed)
+    report["pertxn"], per_url = _baseline("pertxn", dbs, workdir, intermediate, per_prefix)
+    report["rowbyrow"], row_url = _baseline("rowbyrow", dbs, workdir, intermediate, row_prefix)
+    report["baseline_rows"] = {"pertxn": fingerprints(per_url, tables), "rowbyrow": fingerprints(row_url, tables)}
+    same_prefix = report["pertxn"]["transactions"] == report["rowbyrow"]["transactions"]
+    rows = report["baseline_rows"]
+    report["baselines_agree"] = rows["pertxn"] == rows["rowbyrow"] if same_prefix else None
+
+
+def run_benchmark(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
+    """Generate the workload, run every measurement, drop the databases; the result the report is rendered from.
+
+    Raises:
+        BenchError: a step failed.
+    """
+    report: dict[str, Any] = {
+        "command": " ".join(["python", "-m", MODULE, *sys.argv[1:]]),
+        "date": dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M UTC"),
+        "transactions": args.transactions,
+        "driver_memory": args.driver_memory,
+        "threads": args.threads,
+        "load_before": load_average(),
+    }
+    started = time.perf_counter()
+    progress(f"load average {report['load_before']}; work folder {workdir}")
+    dbs = Databases(args.server)
+    report["server"] = dbs.facts()
+    report["machine"] = machine_facts()
+    prepare_workdir(workdir)
+    report["workload"] = generate(workdir / "intermediate", args.transactions, args.file_size_mb)
+    report["file_size_note"] = file_size_note(args.file_size_mb)
+    try:
+        _measure(args, workdir, dbs, report)
+    finally:
+        dbs.drop_all()
+    report["load_after"] = load_average()
+    report["total_s"] = time.perf_counter() - started
+    progress(f"load average after {report['load_after']}")
+    (workdir / "report.json").write_text(json.dumps(report, indent=1, default=str), encoding="utf-8")
+    return report
+
+
+def file_size_note(file_size_mb: float) -> str:
+    """Why the pairs are not the profile's 64 MiB, when they are not."""
+    if file_size_mb == 64.0:
+        return ""
+    return (
+        f"pairs of {file_size_mb:g} MiB instead of the profile's 64 MiB, as in the Delta benchmark: a cycle takes "
+        "whole pairs, and 64 MiB pairs allow no cycle limit giving about six comparable cycles"
+    )
+
+
+def _parser() -> argparse.ArgumentParser:
+    """The command line (``--part`` and ``--part-params`` are for the benchmark's own child processes)."""
+    parser = argparse.ArgumentParser(
+        prog=f"python -m {MODULE}",
+        description="The PostgreSQL apply benchmark: compiled apply, per-transaction, row-by-row and the limit.",
+    )
+    parser.add_argument("--out", type=Path, help="write the Markdown report here (e.g. docs/benchmarks-postgres.md)")
+    parser.add_argument("--transactions", type=int, default=100_000, help="workload transactions (default 100000)")
+    parser.add_argument(
+        "--pertxn-prefix", type=int, default=10_000, help="committed transactions the per-transaction baseline applies"
+    )
+    parser.add_argument(
+        "--rowbyrow-prefix", type=int, default=10_000, help="committed transactions the row-by-row baseline applies"
+    )
+    parser.add_argument("--threads", type=int, default=2, help="apply.threads of the compiled runs (default 2)")
+    parser.add_argument("--forms-repeats", type=int, default=3, help="trials per statement form and scenario")
+    parser.add_argument(
+        "--server",
+        default=os.environ.get("APPLIER_BENCH_PG", DEFAULT_SERVER),
+        help=f"libpq connection string of the server, without dbname (default $APPLIER_BENCH_PG or {DEFAULT_SERVER!r})",
+    )
+    parser.add_argument(
+        "--workdir", type=Path, default=DEFAULT_WORKDIR, help=f"scratch folder (default {DEFAULT_WORKDIR})"
+    )
+    parser.add_argument("--keep", action="store_true", help="keep the scratch folder afterwards")
+    parser.add_argument("--file-size-mb", type=float, default=16.0, help="pair size of the workload (default 16)")
+    parser.add_argument("--driver-memory", default="2g", help="spark.driver.memory of every Spark application")
+    parser.add_argument("--part", choices=sorted(PARTS), help=argparse.SUPPRESS)
+    parser.add_argument("--part-params", type=Path, help=argparse.SUPPRESS)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the whole benchmark (or, with ``--part``, one measurement in this process); the exit code."""
+    parser = _parser()
+    args = parser.parse_args(argv)
+    if args.part:
+        return run_part_here(args.part, args.part_params)
+    for name in ("transactions", "pertxn_prefix", "rowbyrow_prefix", "threads", "forms_repeats"):
+        if getattr(args, name) < 1:
+            parser.error(f"--{name.replace('_', '-')} must be at least 1")
+    if not args.file_size_mb > 0:
+        parser.error("--file-size-mb must be positive")
+    workdir = args.workdir.resolve()
+    out = args.out.resolve() if args.out else None
+    os.environ.update({k: spark_env()[k] for k in ("PATH", "PYSPARK_PYTHON", "SPARK_LOCAL_IP")})
+    try:
+        report = run_benchmark(args, workdir)
+    except BenchError as e:
+        print(f"pg_bench: error: {e}", file=sys.stderr)
+        print(f"pg_bench: the work folder {workdir} is kept for inspection", file=sys.stderr)
+        return 1
+    text = render(report)
+    if out:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text(text, encoding="utf-8")
+        progress(f"report written to {out}")
+    else:
+        print(text)
+    if not args.keep:
+        shutil.rmtree(workdir, ignore_errors=True)
+    else:
+        progress(f"work folder kept: {workdir}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
