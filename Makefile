@@ -7,7 +7,7 @@ export PATH := $(BIN):$(PATH)
 export SPARK_LOCAL_IP ?= 127.0.0.1
 export PYSPARK_PYTHON := $(BIN)/python
 
-.PHONY: setup demo test test-fast lint clean
+.PHONY: setup demo airflow test test-fast lint clean
 
 setup: $(VENV)/.installed
 
@@ -19,17 +19,49 @@ $(VENV)/.installed: requirements.txt requirements-dev.txt pyproject.toml
 	$(VENV)/bin/pip install -q --disable-pip-version-check --no-deps -e .
 	touch $@
 
+# Airflow on embedded defaults: SQLite, logs and passwords under var/airflow, the
+# project's DAGs and plugins, Spark in local mode, the demo configuration.
+AIRFLOW_HOME_DIR := $(CURDIR)/var/airflow
+AIRFLOW_ENV := AIRFLOW_HOME=$(AIRFLOW_HOME_DIR) \
+	AIRFLOW__CORE__DAGS_FOLDER=$(CURDIR)/dags \
+	AIRFLOW__CORE__PLUGINS_FOLDER=$(CURDIR)/plugins \
+	AIRFLOW__CORE__LOAD_EXAMPLES=False \
+	AIRFLOW__CORE__PARALLELISM=2 \
+	AIRFLOW__DATABASE__SQL_ALCHEMY_CONN=sqlite:///$(AIRFLOW_HOME_DIR)/airflow.db \
+	AIRFLOW_CONN_SPARK_DEFAULT='{"conn_type": "spark", "host": "local[*]"}' \
+	APPLIER_CONFIG=$(CURDIR)/config/demo.yaml
+PASSWORDS := $(AIRFLOW_HOME_DIR)/simple_auth_manager_passwords.json.generated
+
+# A demo workload applied by the apply DAG (`airflow dags test`), then its summary.
 demo: setup
 	rm -rf var/demo
+	mkdir -p var/demo $(AIRFLOW_HOME_DIR)
 	applier generate --out var/demo/intermediate --seed 1
 	applier check var/demo/intermediate
-	applier plan --config config/demo.yaml
-	applier run --config config/demo.yaml
-	applier status --config config/demo.yaml
+	$(AIRFLOW_ENV) airflow db migrate > var/demo/airflow-db-migrate.log 2>&1
+	@echo "airflow dags test applier (plan, apply, validate, report); its log: var/demo/airflow-dags-test.log"
+	@$(AIRFLOW_ENV) airflow dags test applier > var/demo/airflow-dags-test.log 2>&1 \
+		|| { tail -n 40 var/demo/airflow-dags-test.log; echo "the DAG run failed; see var/demo/airflow-dags-test.log"; exit 1; }
+	@grep -Eo "(applier: cycle [0-9]+: |validating [0-9]+ tables|run [0-9]{8}T[^ ]+ \(|asset event: )[^[]*" \
+		var/demo/airflow-dags-test.log || true
+	@echo
+	python -m applier.summary --config config/demo.yaml
+
+# Airflow's UI and API at http://localhost:8080 with the project's DAGs (Ctrl-C stops it).
+airflow: setup
+	mkdir -p $(AIRFLOW_HOME_DIR)
+	$(AIRFLOW_ENV) airflow db migrate > $(AIRFLOW_HOME_DIR)/db-migrate.log 2>&1
+	@echo "Starting Airflow at http://localhost:8080: log in as admin with the password Airflow generates into"
+	@echo "  $(PASSWORDS)"
+	@( for _ in $$(seq 300); do test -s $(PASSWORDS) && { echo; echo ">>> Airflow login: admin / $$(python -c \
+		'import json, sys; print(json.load(open(sys.argv[1]))["admin"])' $(PASSWORDS))  (from $(PASSWORDS))"; \
+		echo; break; }; sleep 1; done ) & \
+	$(AIRFLOW_ENV) AIRFLOW__API__HOST=127.0.0.1 AIRFLOW__API__PORT=8080 exec airflow standalone
 
 lint: setup
 	ruff check .
 	mypy
+	mypy dags/applier.py  # apart: the module name "applier" would clash with the package
 
 test: lint
 	pytest

@@ -1,0 +1,130 @@
+"""A short summary of where a configuration stands, read from its files: ``make demo`` ends with it.
+
+    python -m applier.summary --config FILE [--set KEY=VALUE]...
+
+It reads, without Spark or Airflow, the checkpoint (cycles, rows per table),
+``cycles.jsonl`` (transactions), the run ledger (the last run) and the newest
+validation results, and prints where the tables and the Data Docs are.
+:func:`read_summary` does the reading, :func:`summary_lines` the wording.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from applier.config import Config, load_config
+from applier.engine.checkpoint import CheckpointStore
+from applier.engine.ledger import RunLedger
+from applier.errors import ApplierError
+
+RESULTS_FILE = "validation.json"  # as applier.validate writes it, read here without importing GX
+
+
+@dataclass
+class Summary:
+    """What a configuration's files say.
+
+    Attributes:
+        configuration_name: the configuration.
+        cycles: cycles committed so far.
+        applied_seq: the last pair applied.
+        committed: transactions committed, over every cycle report.
+        rolled_back: transactions rolled back, over every cycle report.
+        rows: rows each target table holds, by the engine's count.
+        target: where the target tables are.
+        last_run: the last ledger record's key, mode, status and cycle count, if any.
+        validation: the newest validation's JSON, if any.
+    """
+
+    configuration_name: str
+    cycles: int
+    applied_seq: int
+    committed: int
+    rolled_back: int
+    rows: dict[str, int] = field(default_factory=dict)
+    target: str = ""
+    last_run: dict[str, Any] | None = None
+    validation: dict[str, Any] | None = None
+
+
+def _reports(path: Path) -> list[dict[str, Any]]:
+    if not path.exists():
+        return []
+    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+
+
+def _newest_validation(folder: Path) -> dict[str, Any] | None:
+    results = sorted(folder.glob(f"*/{RESULTS_FILE}"), key=lambda p: p.stat().st_mtime) if folder.is_dir() else []
+    if not results:
+        return None
+    document: dict[str, Any] = json.loads(results[-1].read_text(encoding="utf-8"))
+    return {**document, "json_path": str(results[-1])}
+
+
+def read_summary(config: Config) -> Summary:
+    """Read the summary of ``config`` from its work folder."""
+    checkpoint = CheckpointStore(config.work_dir).load()
+    reports = _reports(config.work_dir / "cycles.jsonl")
+    records = RunLedger(config.work_dir).records()
+    last = records[-1] if records else None
+    return Summary(
+        configuration_name=config.configuration_name,
+        cycles=checkpoint.cycle_id,
+        applied_seq=checkpoint.applied_seq,
+        committed=sum(r.get("committed", 0) for r in reports),
+        rolled_back=sum(r.get("rolled_back", 0) for r in reports),
+        rows=dict(sorted(checkpoint.row_counts.items())),
+        target=f"{config.target.type} tables under {config.target.path}",
+        last_run=None
+        if last is None
+        else {"run_key": last.run_key, "mode": last.mode, "status": last.status, "cycles": len(last.cycles)},
+        validation=_newest_validation(config.work_dir / "validation"),
+    )
+
+
+def summary_lines(s: Summary) -> list[str]:
+    """The summary for people, a line each."""
+    lines = [
+        f"configuration {s.configuration_name}: {s.cycles} cycles, applied through pair {s.applied_seq}",
+        f"transactions: {s.committed} committed, {s.rolled_back} rolled back",
+    ]
+    if s.last_run is not None:
+        r = s.last_run
+        lines.append(f"last run {r['run_key']}: {r['mode']}, {r['status']}, {r['cycles']} cycles")
+    lines.append(f"rows per table ({sum(s.rows.values())} in all):")
+    lines += [f"  {table}: {rows}" for table, rows in s.rows.items()]
+    if s.validation is None:
+        lines.append("validation: none yet")
+    else:
+        v = s.validation
+        outcome = "passed" if v.get("success") else "FAILED"
+        lines.append(f"validation {v.get('results_name')}: {outcome} ({len(v.get('tables', {}))} tables)")
+        lines += [f"  {failure}" for failure in v.get("failures", [])]
+        lines.append(f"  results: {v['json_path']}")
+        lines.append(f"  Data Docs: {v.get('data_docs_path')}")
+    lines.append(f"target: {s.target}")
+    return lines
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m applier.summary", description=__doc__)
+    parser.add_argument("--config", required=True)
+    parser.add_argument("--set", dest="overrides", action="append", default=[])
+    args = parser.parse_args(argv)
+    try:
+        summary = read_summary(load_config(args.config, args.overrides))
+    except ApplierError as e:
+        print(f"applier: error: {e}", file=sys.stderr)
+        return e.exit_code
+    print("\n".join(summary_lines(summary)))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,44 @@
+"""What every Applier operator and sensor shares: the run key, the run's configuration, bad input."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+from airflow.sdk import Context
+from airflow.sdk.exceptions import AirflowFailException
+
+from applier.errors import ApplierError
+from applier_airflow.builders import overrides_from_params, run_key
+from applier_airflow.hooks import ApplierHook, ApplierRun
+
+
+def context_run_key(context: Context) -> str:
+    """The run key of the DAG run in ``context`` (see :func:`builders.run_key`)."""
+    dag_run = context["dag_run"]
+    return run_key(dag_run.logical_date, dag_run.run_id)
+
+
+@contextmanager
+def failing_on_bad_input() -> Iterator[None]:
+    """Turn the library's deliberate errors and unusable connections into a failure without retry."""
+    try:
+        yield
+    except (ApplierError, ValueError) as e:
+        raise AirflowFailException(str(e)) from e
+
+
+class ApplierTaskMixin:
+    """What every Applier operator shares: how it finds the run's configuration."""
+
+    config_path: str | None
+    config_variable: str
+    target_conn_id: str
+
+    def resolve(self, context: Context) -> ApplierRun:
+        """The run's configuration, with the target connection's and the params' overrides."""
+        hook = ApplierHook(
+            config_path=self.config_path, config_variable=self.config_variable, target_conn_id=self.target_conn_id
+        )
+        with failing_on_bad_input():
+            return hook.resolve(overrides_from_params(context["params"]))

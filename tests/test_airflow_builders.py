@@ -1,0 +1,283 @@
+"""The pure builders behind the Airflow operators, compared exactly (no Airflow needed)."""
+
+from __future__ import annotations
+
+import datetime as dt
+from pathlib import Path
+from types import MappingProxyType
+
+import pytest
+
+from applier.config import TargetConfig, load_config
+from applier.engine.ledger import LedgerCycle, RunRecord
+from applier_airflow.builders import (
+    DEFAULT_SCHEDULE,
+    application_args,
+    asset_uri,
+    asset_uris,
+    changed_tables,
+    figures_lines,
+    max_cycles_from_params,
+    new_pairs_event,
+    overrides_from_params,
+    plan_summary,
+    run_figures,
+    run_key,
+    schedule_from_env,
+    spark_env,
+    submit_failure,
+    target_overrides,
+    touched_tables,
+)
+
+NO_PARAMS = {
+    "max_cycles": None,
+    "process_intermediate_size_per_job": None,
+    "buffer_size_for_split_records": None,
+    "plan_only": False,
+    "skip_validation": False,
+}
+
+
+def test_schedule_defaults_to_every_five_minutes_and_none_means_triggered_only() -> None:
+    assert DEFAULT_SCHEDULE == "*/5 * * * *"
+    assert schedule_from_env(None) == "*/5 * * * *"
+    assert schedule_from_env("  ") == "*/5 * * * *"
+    assert schedule_from_env("none") is None
+    assert schedule_from_env("Manual") is None
+    assert schedule_from_env(" @hourly ") == "@hourly"
+    assert schedule_from_env("0 */2 * * *") == "0 */2 * * *"
+
+
+def test_run_key_comes_from_the_logical_date_in_utc() -> None:
+    assert run_key(dt.datetime(2026, 1, 2, 3, 4, 5, tzinfo=dt.UTC), "scheduled__x") == "20260102T030405Z"
+    paris = dt.timezone(dt.timedelta(hours=1))
+    assert run_key(dt.datetime(2026, 1, 2, 4, 4, 5, tzinfo=paris), "manual__y") == "20260102T030405Z"
+    assert run_key(dt.datetime(2026, 1, 2, 3, 4, 5, 123, tzinfo=dt.UTC), "m") == "20260102T030405.000123Z"
+
+
+def test_run_key_falls_back_to_a_safe_run_id_without_a_logical_date() -> None:
+    assert run_key(None, "manual__2026-01-02T03:04:05.5+00:00") == "run_manual__2026-01-02T03_04_05.5_00_00"
+    assert run_key(None, "asset_triggered__x y") == "run_asset_triggered__x_y"
+
+
+def test_params_become_config_overrides_and_null_params_override_nothing() -> None:
+    assert overrides_from_params(NO_PARAMS) == []
+    assert overrides_from_params({}) == []
+    params = {**NO_PARAMS, "process_intermediate_size_per_job": 0.5, "buffer_size_for_split_records": 2048}
+    assert overrides_from_params(params) == [
+        "apply.process_intermediate_size_per_job=0.5",
+        "apply.buffer_size_for_split_records=2048",
+    ]
+    assert overrides_from_params({"process_intermediate_size_per_job": 3}) == [
+        "apply.process_intermediate_size_per_job=3"
+    ]
+
+
+def test_param_overrides_load_into_the_configuration(tmp_path: Path) -> None:
+    base = ["configuration_name=c", f"intermediate_dir={tmp_path}", f"output_dir={tmp_path}", f"target.path={tmp_path}"]
+    params = {"process_intermediate_size_per_job": 0.25, "buffer_size_for_split_records": 4096}
+    config = load_config(None, [*base, *overrides_from_params(params)])
+    assert config.apply.process_intermediate_size_per_job == 0.25
+    assert config.apply.buffer_size_for_split_records == 4096
+
+
+def test_a_param_that_is_not_a_number_is_refused_naming_it() -> None:
+    with pytest.raises(ValueError, match="param buffer_size_for_split_records: True is not a number"):
+        overrides_from_params({"buffer_size_for_split_records": True})
+    with pytest.raises(ValueError, match="param process_intermediate_size_per_job: '1' is not a number"):
+        overrides_from_params({"process_intermediate_size_per_job": "1"})
+
+
+def test_max_cycles_param() -> None:
+    assert max_cycles_from_params(NO_PARAMS) is None
+    assert max_cycles_from_params({"max_cycles": 0}) == 0
+    assert max_cycles_from_params({"max_cycles": 7}) == 7
+    with pytest.raises(ValueError, match="param max_cycles: -1 is not a whole number >= 0"):
+        max_cycles_from_params({"max_cycles": -1})
+
+
+def test_an_fs_target_connection_sets_the_delta_target_folder() -> None:
+    assert target_overrides("fs", {"path": "/data/target"}, "applier_target") == [
+        "target.type=delta",
+        "target.path=/data/target",
+    ]
+
+
+def test_an_unusable_target_connection_is_refused_naming_it() -> None:
+    with pytest.raises(ValueError, match="connection applier_target: type 'postgres' is not supported"):
+        target_overrides("postgres", {}, "applier_target")
+    with pytest.raises(ValueError, match="connection t: extra 'path' must be an absolute folder, got 'rel/dir'"):
+        target_overrides("fs", {"path": "rel/dir"}, "t")
+    with pytest.raises(ValueError, match="got None"):
+        target_overrides("fs", {}, "t")
+
+
+def test_application_args_carry_config_overrides_cycle_limit_and_run_key() -> None:
+    assert application_args("/p/demo.yaml", ["a.b=1", "c=2"], 3, "20260102T030405Z") == [
+        "--config",
+        "/p/demo.yaml",
+        "--set",
+        "a.b=1",
+        "--set",
+        "c=2",
+        "--max-cycles",
+        "3",
+        "--run-key",
+        "20260102T030405Z",
+    ]
+    assert application_args("/p/demo.yaml", [], None, "k") == ["--config", "/p/demo.yaml", "--run-key", "k"]
+    assert application_args("c.yaml", [], 0, "k") == ["--config", "c.yaml", "--max-cycles", "0", "--run-key", "k"]
+
+
+def test_spark_env_runs_the_workers_python_and_the_spark_submit_beside_it() -> None:
+    assert spark_env("/venv/bin/python", "/venv/bin/python", "/usr/bin:/bin") == {
+        "PYSPARK_DRIVER_PYTHON": "/venv/bin/python",
+        "PYSPARK_PYTHON": "/venv/bin/python",
+        "PATH": "/venv/bin:/usr/bin:/bin",
+    }
+    assert spark_env("/venv/bin/python", "python3", "") == {
+        "PYSPARK_DRIVER_PYTHON": "/venv/bin/python",
+        "PYSPARK_PYTHON": "python3",
+        "PATH": "/venv/bin",
+    }
+
+
+def test_submit_failure_finds_the_exit_code_and_the_applier_error() -> None:
+    message = (
+        "Cannot execute: spark-submit --master local[*] --name applier jobs/apply.py --config c.yaml. "
+        "Error code is: 3.\nLast spark-submit output:\nINFO something\n"
+        "applier: error: /in/000000000004.dat: row 2 is not valid [invalid-change]\nINFO shutdown"
+    )
+    assert submit_failure(message) == (3, "/in/000000000004.dat: row 2 is not valid [invalid-change]")
+    assert submit_failure("Cannot execute: spark-submit x. Error code is: 1.") == (1, None)
+    assert submit_failure("something else") == (None, None)
+
+
+def test_plan_summary() -> None:
+    assert plan_summary("k", 4, [[5, 6], [7]], [300, 200], gap="pair 9 is missing") == {
+        "run_key": "k",
+        "applied_seq": 4,
+        "cycles": [
+            {"first_seq": 5, "last_seq": 6, "pairs": 2, "bytes": 300},
+            {"first_seq": 7, "last_seq": 7, "pairs": 1, "bytes": 200},
+        ],
+        "pairs": 3,
+        "bytes": 500,
+        "gap": "pair 9 is missing",
+        "replay": False,
+        "replay_cycles": [],
+        "nothing_new": False,
+    }
+
+
+def test_plan_summary_with_nothing_new_unless_the_run_replays() -> None:
+    empty = plan_summary("k", 9, [], [])
+    assert (empty["nothing_new"], empty["replay"], empty["pairs"], empty["bytes"]) == (True, False, 0, 0)
+    replay = plan_summary("k", 9, [], [], replay_cycles=[3, 4])
+    assert (replay["nothing_new"], replay["replay"], replay["replay_cycles"]) == (False, True, [3, 4])
+
+
+def test_new_pairs_event() -> None:
+    assert new_pairs_event("/in", 4, [5, 6, 7]) == {
+        "directory": "/in",
+        "applied_seq": 4,
+        "first_seq": 5,
+        "last_seq": 7,
+        "pairs": 3,
+    }
+
+
+def _position(cycle_id: int, applied_seq: int) -> dict[str, object]:
+    return {"cycle_id": cycle_id, "applied_seq": applied_seq, "restart_seq": applied_seq + 1}
+
+
+RECORD = RunRecord(
+    run_key="20260102T030405Z",
+    status="finished",
+    mode="apply",
+    started_at="2026-01-02T03:04:06+00:00",
+    cycles=[
+        LedgerCycle(
+            cycle_id=3,
+            seqs=[5, 6],
+            before=_position(2, 4),
+            after=_position(3, 6),
+            committed_at="2026-01-02T03:04:30+00:00",
+            net_rows={"shop.orders": {"U": 2, "I": 5}, "shop.events": {"I": 1}},
+            tables={"shop.orders": "applied", "shop.events": "skipped"},
+        ),
+        LedgerCycle(
+            cycle_id=4,
+            seqs=[7],
+            before=_position(3, 6),
+            after=_position(4, 7),
+            committed_at="2026-01-02T03:04:50+00:00",
+            net_rows={"shop.orders": {"D": 1, "I": 1}, "shop.products": {"U": 4}},
+            tables={"shop.orders": "applied", "shop.products": "verified"},
+        ),
+    ],
+)
+
+
+def test_touched_and_changed_tables_of_a_record() -> None:
+    assert touched_tables(RECORD) == ["shop.events", "shop.orders", "shop.products"]
+    assert changed_tables(RECORD) == ["shop.events", "shop.orders"]
+
+
+def test_run_figures_sum_net_rows_over_the_cycles() -> None:
+    assert run_figures(RECORD, {"success": True}) == {
+        "run_key": "20260102T030405Z",
+        "mode": "apply",
+        "status": "finished",
+        "cycles": 2,
+        "cycle_ids": [3, 4],
+        "pairs": 3,
+        "first_seq": 5,
+        "last_seq": 7,
+        "before": {"cycle_id": 2, "applied_seq": 4, "restart_seq": 5},
+        "after": {"cycle_id": 4, "applied_seq": 7, "restart_seq": 8},
+        "net_rows": {"shop.events": {"I": 1}, "shop.orders": {"D": 1, "I": 6, "U": 2}, "shop.products": {"U": 4}},
+        "changed_tables": ["shop.events", "shop.orders"],
+        "validation": "passed",
+    }
+    assert run_figures(RECORD, None)["validation"] == "skipped"
+    assert run_figures(RECORD, {"success": False})["validation"] == "failed"
+
+
+def test_run_figures_of_a_run_without_cycles() -> None:
+    empty = RunRecord(run_key="k", status="finished", mode="apply", started_at="t")
+    figures = run_figures(empty, None)
+    assert (figures["cycles"], figures["pairs"], figures["first_seq"], figures["before"]) == (0, 0, None, None)
+    assert figures_lines(figures) == ["run k (apply, finished): 0 cycles, no pairs, validation skipped"]
+
+
+def test_figures_lines() -> None:
+    assert figures_lines(run_figures(RECORD, {"success": True})) == [
+        "run 20260102T030405Z (apply, finished): 2 cycles, pairs 5..7, validation passed",
+        "  shop.events: I 1",
+        "  shop.orders: D 1, I 6, U 2",
+        "  shop.products: U 4",
+    ]
+
+
+def test_asset_uri_of_a_delta_table_is_its_folder() -> None:
+    target = TargetConfig(type="delta", path=Path("/data/target"))
+    assert asset_uri(target, "shop.orders") == "file:///data/target/shop/orders"
+    assert asset_uris(TargetConfig(path=Path("/t")), ["a.b", "c.d"]) == {"a.b": "file:///t/a/b", "c.d": "file:///t/c/d"}
+
+
+def test_asset_uri_of_a_postgres_table_names_server_database_and_mapped_schema() -> None:
+    target = TargetConfig(
+        type="postgres",
+        url="postgresql://app:secret@db.example:6543/warehouse",
+        schema_map=MappingProxyType({"shop": "shop_copy"}),
+    )
+    assert asset_uri(target, "shop.orders") == "postgres://db.example:6543/warehouse/shop_copy/orders"
+    plain = TargetConfig(type="postgres", url="dbname=dw")
+    assert asset_uri(plain, "sales.items") == "postgres://localhost:5432/dw/sales/items"
+
+
+def test_a_target_without_its_location_has_no_asset_uri() -> None:
+    with pytest.raises(ValueError, match=r"target\.type 'postgres' without its path or url"):
+        asset_uri(TargetConfig(type="postgres"), "shop.orders")
