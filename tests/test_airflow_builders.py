@@ -104,9 +104,22 @@ def test_an_fs_target_connection_sets_the_delta_target_folder() -> None:
     ]
 
 
+def test_a_postgres_target_connection_sets_url_and_schema_map_but_never_the_password() -> None:
+    got = target_overrides(
+        "postgres", {"schema_map": {"shop": "replica"}}, "t", host="db.example", port=5433, login="app", database="w"
+    )
+    assert got == [
+        "target.type=postgres",
+        "target.url=host=db.example port=5433 user=app dbname=w",
+        "target.schema_map.shop=replica",
+    ]
+
+
 def test_an_unusable_target_connection_is_refused_naming_it() -> None:
-    with pytest.raises(ValueError, match="connection applier_target: type 'postgres' is not supported"):
-        target_overrides("postgres", {}, "applier_target")
+    with pytest.raises(ValueError, match="connection applier_target: type 'mysql' is not supported"):
+        target_overrides("mysql", {}, "applier_target")
+    with pytest.raises(ValueError, match="connection t: a postgres target connection needs a host"):
+        target_overrides("postgres", {}, "t")
     with pytest.raises(ValueError, match="connection t: extra 'path' must be an absolute folder, got 'rel/dir'"):
         target_overrides("fs", {"path": "rel/dir"}, "t")
     with pytest.raises(ValueError, match="got None"):

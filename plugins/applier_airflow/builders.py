@@ -14,6 +14,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from psycopg.conninfo import make_conninfo
+
 from applier.config import TargetConfig
 from applier.engine.ledger import RunRecord
 
@@ -112,25 +114,52 @@ def max_cycles_from_params(params: Mapping[str, Any]) -> int | None:
     return value
 
 
-def target_overrides(conn_type: str, extra: Mapping[str, Any], conn_id: str) -> list[str]:
+def target_overrides(
+    conn_type: str,
+    extra: Mapping[str, Any],
+    conn_id: str,
+    *,
+    host: str | None = None,
+    port: int | None = None,
+    login: str | None = None,
+    database: str | None = None,
+) -> list[str]:
     """The overrides a target connection carries.
 
-    A connection of type ``fs`` (Airflow's File (path) connection) whose extra
-    holds ``path`` makes the target the Delta tables under that folder.
+    - ``fs`` (Airflow's File (path) connection) with extra ``path``: the Delta
+      tables under that folder.
+    - ``postgres``: the PostgreSQL target at the connection's host, port, login
+      and database (its *schema* field); extra ``schema_map`` (source schema ->
+      target schema) maps schemas. The password is not part of the overrides:
+      the hook hands it to libpq as ``PGPASSWORD``, so it never reaches a
+      command line or a log.
 
     Args:
         conn_type: the connection's type.
         extra: its extra, as a mapping.
         conn_id: its id, named in errors.
+        host, port, login, database: the connection's fields (``postgres``).
 
     Returns:
-        ``["target.type=delta", "target.path=<path>"]``.
+        ``["target.type=delta", "target.path=<path>"]``, or
+        ``["target.type=postgres", "target.url=<conninfo>", "target.schema_map.<s>=<t>", ...]``.
 
     Raises:
-        ValueError: the type is not supported or the path is missing or relative.
+        ValueError: the type is not supported, or a required field is missing.
     """
+    if conn_type == "postgres":
+        if not host:
+            raise ValueError(f"connection {conn_id}: a postgres target connection needs a host")
+        fields = {"host": host, "port": port, "user": login, "dbname": database}
+        url = make_conninfo(**{k: str(v) for k, v in fields.items() if v})
+        maps = extra.get("schema_map") or {}
+        if not isinstance(maps, Mapping):
+            raise ValueError(f"connection {conn_id}: extra 'schema_map' must map source to target schemas")
+        return ["target.type=postgres", f"target.url={url}", *(f"target.schema_map.{k}={v}" for k, v in maps.items())]
     if conn_type != "fs":
-        raise ValueError(f"connection {conn_id}: type {conn_type!r} is not supported; use 'fs' with extra path")
+        raise ValueError(
+            f"connection {conn_id}: type {conn_type!r} is not supported; use 'fs' with extra path, or 'postgres'"
+        )
     path = extra.get("path")
     if not isinstance(path, str) or not Path(path).is_absolute():
         raise ValueError(f"connection {conn_id}: extra 'path' must be an absolute folder, got {path!r}")

@@ -91,7 +91,18 @@ class ApplierHook(BaseHook):
         conn = self.get_conn()
         if conn is None:
             return []
-        return target_overrides(conn.conn_type or "", conn.extra_dejson, self.target_conn_id)
+        if conn.conn_type == "postgres" and conn.password:
+            # libpq reads it from the environment, here and in the spark-submit child: never on a command line.
+            os.environ["PGPASSWORD"] = conn.password
+        return target_overrides(
+            conn.conn_type or "",
+            conn.extra_dejson,
+            self.target_conn_id,
+            host=conn.host,
+            port=conn.port,
+            login=conn.login,
+            database=conn.schema,
+        )
 
     def resolve(self, param_overrides: list[str]) -> ApplierRun:
         """Load the run's configuration with the target connection's and the params' overrides.
