@@ -33,42 +33,12 @@ FORMS = ("INSERT … ON CONFLICT", "MERGE")
 DELETE_EVERY = 10
 
 
-def merge_keyed(ident: sql.Identifier, stage_ident: sql.Identifier, table: Any) -> sql.Composed:
-    """One ``MERGE`` applying a keyed staging table: delete ``D`` rows, update or insert ``U`` rows."""
-    from applier.targets.pg_sql import OP
-
-    names = table.column_names
-    match = sql.SQL(" AND ").join(sql.SQL("t.{0} = s.{0}").format(sql.Identifier(k)) for k in table.primary_key)
-    others = [n for n in names if n not in table.primary_key]
-    update = (
-        sql.SQL("UPDATE SET {}").format(
-            sql.SQL(", ").join(sql.SQL("{0} = s.{0}").format(sql.Identifier(n)) for n in others)
-        )
-        if others
-        else sql.SQL("DO NOTHING")
-    )
-    return sql.SQL(
-        "MERGE INTO {target} AS t USING {stage} AS s ON {match} "
-        "WHEN MATCHED AND s.{op} = 'D' THEN DELETE "
-        "WHEN MATCHED THEN {update} "
-        "WHEN NOT MATCHED AND s.{op} = 'U' THEN INSERT ({columns}) VALUES ({values})"
-    ).format(
-        target=ident,
-        stage=stage_ident,
-        match=match,
-        op=sql.Identifier(OP),
-        update=update,
-        columns=sql.SQL(", ").join(sql.Identifier(n) for n in names),
-        values=sql.SQL(", ").join(sql.Identifier("s", n) for n in names),
-    )
-
-
 def form_statements(form: str, ident: sql.Identifier, stage_ident: sql.Identifier, table: Any) -> list[sql.Composed]:
     """The statements one form runs for one table."""
     from applier.targets import pg_sql as q
 
     if form == "MERGE":
-        return [merge_keyed(ident, stage_ident, table)]
+        return [q.merge_keyed(ident, stage_ident, table)]
     return [q.delete_keyed(ident, stage_ident, table), q.upsert_keyed(ident, stage_ident, table)]
 
 

@@ -93,7 +93,7 @@ def apply_staged(conn: Any, changes: dict[str, Any], staged: dict[str, Any]) -> 
             started = time.perf_counter()
             ident, stage_ident = q.target_table(net.table, {}), staged[name]["stage"]
             if net.table.primary_key:
-                conn.execute(q.upsert_keyed(ident, stage_ident, net.table))
+                conn.execute(q.merge_keyed(ident, stage_ident, net.table))
             else:
                 conn.execute(q.insert_copies(ident, stage_ident, net.table))
             seconds[name] = time.perf_counter() - started

@@ -94,10 +94,7 @@ class PerTransactionApplier:
             copy.write(data)
         self.copies += 1
         if table.primary_key:
-            if net.deletes.num_rows:
-                self._run(q.delete_keyed(ident, stage, table))
-            if net.upserts.num_rows:
-                self._run(q.upsert_keyed(ident, stage, table))
+            self._run(q.merge_keyed(ident, stage, table))
         else:
             if net.stats["D"]:
                 deleted = self._run(q.delete_copies(ident, stage, table))

@@ -181,8 +181,7 @@ def _forms(r: dict[str, Any], fig: Figures, add: Add) -> None:
     )
     add(
         f"{verdict}. Both forms left the same rows in every trial: {'yes' if f['agree'] else 'NO'}. The target "
-        "(`applier.targets.pg_sql`) applies keyed tables with `delete_keyed` then `upsert_keyed` (INSERT … ON "
-        "CONFLICT)."
+        "(`applier.targets.pg_sql`) applies keyed tables with `merge_keyed` (one MERGE), chosen on this comparison."
     )
     add("")
 
@@ -280,7 +279,7 @@ def _how(r: dict[str, Any], fig: Figures, add: Add) -> None:
         + f". Then, with Spark stopped, the final rows the one-cycle compiled run left ({lim['final_rows']:,}, read "
         f"before timing, {lim['read_final_s']:.1f} s) are encoded as the target encodes them "
         "(`pg_load.staging_rows`, `csv_bytes`) and COPYed into one unlogged staging table per table on one "
-        "connection, then applied set-wise into empty tables in one transaction (`pg_sql.upsert_keyed`; "
+        "connection, then applied set-wise into empty tables in one transaction (`pg_sql.merge_keyed`, as the target; "
         "`insert_copies` for the table without a key): "
         + ", ".join(
             f"{k} {v['rows']:,} rows COPY {v['encode_s'] + v['copy_s']:.2f} s apply {v['apply_s']:.2f} s"
@@ -295,8 +294,9 @@ def _how(r: dict[str, Any], fig: Figures, add: Add) -> None:
         f"Scenario *update + delete*: the tables hold every row and every tenth staged row is a delete, the others "
         f"update their row to the same values. Each trial empties the tables (`TRUNCATE`; refilled for the second "
         f"scenario), runs `VACUUM (ANALYZE)` and `CHECKPOINT`, then times one transaction applying every table with "
-        f"one form: `delete_keyed` + `upsert_keyed` (the target's), or one `MERGE … WHEN MATCHED AND __op = 'D' "
-        f"THEN DELETE WHEN MATCHED THEN UPDATE WHEN NOT MATCHED THEN INSERT`. {f['repeats']} trials per form and "
+        f"one form: `delete_keyed` + `upsert_keyed`, or one `MERGE … WHEN MATCHED AND __op = 'D' "
+        f"THEN DELETE WHEN MATCHED THEN UPDATE WHEN NOT MATCHED THEN INSERT` (`merge_keyed`, the target's). "
+        f"{f['repeats']} trials per form and "
         "scenario, the forms alternating which goes first."
     )
     add("")
@@ -310,8 +310,8 @@ def _how_baselines(r: dict[str, Any], add: Add) -> None:
         f"({per['rows']:,} changes, read with pyarrow before timing, {per['load_s']:.1f} s) are applied one by one: "
         f"per source transaction, each touched table's net change (compiled in Python, as the engine compiles a "
         f"cycle) is COPYed into a temporary staging table (created once, emptied by a `DELETE` in the same "
-        f"transaction, vacuumed every 1,000 transactions) and applied with the target's statements (`delete_keyed`, "
-        f"`upsert_keyed`; `delete_copies`, `insert_copies`; `TRUNCATE`), prepared, skipping statements with nothing "
+        f"transaction, vacuumed every 1,000 transactions) and applied with the target's statements (`merge_keyed`; "
+        f"`delete_copies`, `insert_copies`; `TRUNCATE`), prepared, skipping statements with nothing "
         f"to do, in one database transaction per source transaction: "
         f"{per['commits']:,} commits, {per['copies']:,} COPYs and {per['statements']:,} statements in "
         f"{per['seconds']:.1f} s ({per['seconds'] / per['commits'] * 1000:.1f} ms per transaction; "

@@ -18,6 +18,7 @@ import pytest
 from psycopg import sql
 
 from applier.intermediate.schema import Column, TableDef
+from applier.targets import pg_sql
 
 # bench/ is a folder of scripts at the repository root, not an installed package.
 REPO = Path(__file__).resolve().parents[1]
@@ -164,10 +165,10 @@ def test_row_statements_quote_identifiers_and_bind_every_value() -> None:
 
 def test_merge_statement_deletes_updates_and_inserts_from_staging() -> None:
     stage = sql.Identifier("applier_staging", "x_0")
-    assert pg_forms.merge_keyed(sql.Identifier("shop", "items"), stage, ITEMS).as_string(None) == (
-        'MERGE INTO "shop"."items" AS t USING "applier_staging"."x_0" AS s ON t."id" = s."id" '
+    assert pg_sql.merge_keyed(sql.Identifier("shop", "items"), stage, ITEMS).as_string(None) == (
+        'MERGE INTO "shop"."items" AS t USING "applier_staging"."x_0" AS s ON "t"."id" = "s"."id" '
         "WHEN MATCHED AND s.\"__op\" = 'D' THEN DELETE "
-        'WHEN MATCHED THEN UPDATE SET "name" = s."name", "price" = s."price", "score" = s."score" '
+        'WHEN MATCHED THEN UPDATE SET "name" = "s"."name", "price" = "s"."price", "score" = "s"."score" '
         'WHEN NOT MATCHED AND s."__op" = \'U\' THEN INSERT ("id", "name", "price", "score") '
         'VALUES ("s"."id", "s"."name", "s"."price", "s"."score")'
     )

@@ -286,8 +286,7 @@ class PostgresTarget:
         if not s.rows:
             return
         if table.primary_key:
-            conn.execute(q.delete_keyed(ident, s.stage, table))
-            conn.execute(q.upsert_keyed(ident, s.stage, table))
+            conn.execute(q.merge_keyed(ident, s.stage, table))
             return
         wanted = conn.execute(
             sql.SQL("SELECT coalesce(sum(-{0}), 0) FROM {1} WHERE {0} < 0").format(sql.Identifier(q.COUNT), s.stage)
