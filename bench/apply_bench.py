@@ -33,10 +33,10 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from bench.common import DEFAULT_WORKDIR, BenchError, progress
+from bench.common import DEFAULT_WORKDIR, progress
 from bench.engine import choose_cycle_limit, engine_settings, run_engine, table_rows, write_config
 from bench.limit import part_limit
-from bench.measure import load_average, machine_facts, run_part, spark_env
+from bench.measure import finish_benchmark, load_average, machine_facts, run_part
 from bench.per_transaction import part_pertxn
 from bench.report import render
 from bench.small_cycle import part_small
@@ -96,38 +96,17 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
+# Arguments that must be at least 1.
+_COUNTS = ("transactions", "prefix_transactions", "small_transactions", "small_cycles")
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run the whole benchmark (or, with ``--part``, one measurement in this process); the exit code."""
     parser = _parser()
     args = parser.parse_args(argv)
     if args.part:
         return run_part_here(args.part, args.part_params)
-    for name in ("transactions", "prefix_transactions", "small_transactions", "small_cycles"):
-        if getattr(args, name) < 1:
-            parser.error(f"--{name.replace('_', '-')} must be at least 1")
-    if not args.file_size_mb > 0:
-        parser.error("--file-size-mb must be positive")
-    workdir = args.workdir.resolve()
-    out = args.out.resolve() if args.out else None
-    os.environ.update({k: spark_env()[k] for k in ("PATH", "PYSPARK_PYTHON", "SPARK_LOCAL_IP")})
-    try:
-        report = run_benchmark(args, workdir)
-    except BenchError as e:
-        print(f"apply_bench: error: {e}", file=sys.stderr)
-        print(f"apply_bench: the work folder {workdir} is kept for inspection", file=sys.stderr)
-        return 1
-    text = render(report)
-    if out:
-        out.parent.mkdir(parents=True, exist_ok=True)
-        out.write_text(text, encoding="utf-8")
-        progress(f"report written to {out}")
-    else:
-        print(text)
-    if not args.keep:
-        shutil.rmtree(workdir, ignore_errors=True)
-    else:
-        progress(f"work folder kept: {workdir}")
-    return 0
+    return finish_benchmark('apply_bench', args, _COUNTS, run_benchmark, render, parser)
 
 
 def _file_size_note(file_size_mb: float) -> str:

@@ -10,11 +10,13 @@ from __future__ import annotations
 import json
 import os
 import platform
+import shutil
 import subprocess
 import sys
 import threading
 import time
 from collections import defaultdict
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -190,3 +192,52 @@ def git_state() -> str:
 def load_average() -> tuple[float, float, float]:
     """The 1, 5 and 15 minute load averages."""
     return os.getloadavg()
+
+
+def finish_benchmark(
+    prog: str,
+    args: Any,
+    counts: tuple[str, ...],
+    run: Callable[[Any, Path], dict[str, Any]],
+    render: Callable[[dict[str, Any]], str],
+    parser: Any,
+) -> int:
+    """What each benchmark's ``main`` does once its arguments are parsed: check, run, write the report, tidy up.
+
+    Args:
+        prog: the benchmark's name, in error lines.
+        args: the parsed arguments (``workdir``, ``out``, ``keep``, ``file_size_mb`` and the ``counts``).
+        counts: argument names that must be at least 1.
+        run: runs the benchmark in the work folder and returns its results.
+        render: the Markdown report of the results.
+        parser: the argument parser, for usage errors.
+
+    Returns:
+        0 when every measurement ran, 1 when a step failed (the work folder is then kept).
+    """
+    for name in counts:
+        if getattr(args, name) < 1:
+            parser.error(f"--{name.replace('_', '-')} must be at least 1")
+    if not args.file_size_mb > 0:
+        parser.error("--file-size-mb must be positive")
+    workdir = args.workdir.resolve()
+    out = args.out.resolve() if args.out else None
+    os.environ.update({k: spark_env()[k] for k in ("PATH", "PYSPARK_PYTHON", "SPARK_LOCAL_IP")})
+    try:
+        report = run(args, workdir)
+    except BenchError as e:
+        print(f"{prog}: error: {e}", file=sys.stderr)
+        print(f"{prog}: the work folder {workdir} is kept for inspection", file=sys.stderr)
+        return 1
+    text = render(report)
+    if out:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text(text, encoding="utf-8")
+        progress(f"report written to {out}")
+    else:
+        print(text)
+    if not args.keep:
+        shutil.rmtree(workdir, ignore_errors=True)
+    else:
+        progress(f"work folder kept: {workdir}")
+    return 0

@@ -31,7 +31,6 @@ import argparse
 import datetime as dt
 import json
 import os
-import shutil
 import sys
 import time
 from collections.abc import Callable
@@ -40,7 +39,7 @@ from typing import Any
 
 from bench.common import SPARK_MASTER, BenchError, progress
 from bench.engine import choose_cycle_limit, read_cycles, summarize_cycles, write_config
-from bench.measure import load_average, machine_facts, run_measured, run_part, spark_env, tail
+from bench.measure import finish_benchmark, load_average, machine_facts, run_measured, run_part, tail
 from bench.pg_forms import part_forms
 from bench.pg_limit import part_limit
 from bench.pg_pertxn import part_pertxn
@@ -248,38 +247,17 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
+# Arguments that must be at least 1.
+_COUNTS = ("transactions", "pertxn_prefix", "rowbyrow_prefix", "threads", "forms_repeats")
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run the whole benchmark (or, with ``--part``, one measurement in this process); the exit code."""
     parser = _parser()
     args = parser.parse_args(argv)
     if args.part:
         return run_part_here(args.part, args.part_params)
-    for name in ("transactions", "pertxn_prefix", "rowbyrow_prefix", "threads", "forms_repeats"):
-        if getattr(args, name) < 1:
-            parser.error(f"--{name.replace('_', '-')} must be at least 1")
-    if not args.file_size_mb > 0:
-        parser.error("--file-size-mb must be positive")
-    workdir = args.workdir.resolve()
-    out = args.out.resolve() if args.out else None
-    os.environ.update({k: spark_env()[k] for k in ("PATH", "PYSPARK_PYTHON", "SPARK_LOCAL_IP")})
-    try:
-        report = run_benchmark(args, workdir)
-    except BenchError as e:
-        print(f"pg_bench: error: {e}", file=sys.stderr)
-        print(f"pg_bench: the work folder {workdir} is kept for inspection", file=sys.stderr)
-        return 1
-    text = render(report)
-    if out:
-        out.parent.mkdir(parents=True, exist_ok=True)
-        out.write_text(text, encoding="utf-8")
-        progress(f"report written to {out}")
-    else:
-        print(text)
-    if not args.keep:
-        shutil.rmtree(workdir, ignore_errors=True)
-    else:
-        progress(f"work folder kept: {workdir}")
-    return 0
+    return finish_benchmark('pg_bench', args, _COUNTS, run_benchmark, render, parser)
 
 
 if __name__ == "__main__":
