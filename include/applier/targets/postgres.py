@@ -23,7 +23,6 @@ parameter. Messages never carry the connection password.
 
 from __future__ import annotations
 
-import logging
 import re
 import time
 from collections.abc import Iterator, Mapping
@@ -43,8 +42,6 @@ from applier.intermediate.schema import TableDef, check_table_name
 from applier.targets import CycleLoad
 from applier.targets import pg_sql as q
 from applier.targets.pg_load import csv_bytes, read_batches, staging_rows, table_id, write_spill
-
-log = logging.getLogger(__name__)
 
 _MAX_IDENTIFIER = 63
 _ARROW_TYPES = {
@@ -114,14 +111,16 @@ class PostgresTarget:
     # ------------------------------------------------------------------ connections
 
     def _connection(self, i: int) -> psycopg.Connection[Any]:
+        """Load connection ``i``, opened on first use and opened again when it was closed."""
         while len(self._connections) <= i:
-            with self._errors("connect", None):
-                self._connections.append(psycopg.connect(self._url, application_name=f"applier {self._name}"))
-        conn = self._connections[i]
-        if conn.closed:
-            with self._errors("connect", None):
-                conn = self._connections[i] = psycopg.connect(self._url, application_name=f"applier {self._name}")
-        return conn
+            self._connections.append(self._connect())
+        if self._connections[i].closed:
+            self._connections[i] = self._connect()
+        return self._connections[i]
+
+    def _connect(self) -> psycopg.Connection[Any]:
+        with self._errors("connect", None):
+            return psycopg.connect(self._url, application_name=f"applier {self._name}")
 
     def close(self) -> None:
         """Close every connection (a broken one too)."""
@@ -178,10 +177,6 @@ class PostgresTarget:
         )
 
     # ------------------------------------------------------------------ writing
-
-    def apply(self, cycle_id: int, changes: TableChanges) -> None:
-        """Apply one table's changes as a cycle of its own (the per-table interface; tests)."""
-        self.apply_cycle(cycle_id, {changes.table.name: changes}, {})
 
     def apply_cycle(
         self, cycle_id: int, changes: Mapping[str, TableChanges], position: Mapping[str, int]
