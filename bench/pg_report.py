@@ -11,7 +11,8 @@ import json
 from typing import Any, NamedTuple
 
 from bench.common import GOAL_LIMIT_RATIO, GOAL_PG_PER_TRANSACTION, GOAL_SPEEDUP
-from bench.report import Add, machine_section, met, workload_section
+from bench.pg_network import network_section
+from bench.report import Add, machine_section, memory_section, met, workload_section
 
 
 class Figures(NamedTuple):
@@ -234,28 +235,22 @@ def _compiled(r: dict[str, Any], fig: Figures, add: Add) -> None:
 
 
 def _memory(r: dict[str, Any], fig: Figures, add: Add) -> None:
-    add("## Peak memory")
-    add("")
-    add("| process | whole process tree (max of summed VmRSS, polled every 0.2 s) | driver `driver_peak_rss_mib` |")
-    add("|---|---:|---:|")
-    for run in (r["compiled_one"], r["compiled_cycles"]):
-        add(
-            f"| compiled, {run['cycles']} cycle{'s' if run['cycles'] != 1 else ''} | {run['peak_tree_mib']:,.0f} MiB "
-            f"| {run['driver_peak_rss_mib']:,.0f} MiB |"
-        )
-    for label, key in (
-        ("calibrated limit", "limit"),
-        ("MERGE or ON CONFLICT", "forms"),
-        ("per-transaction", "pertxn"),
-        ("log-order row-by-row", "rowbyrow"),
-    ):
-        add(f"| {label} | {r[key]['process_peak_tree_mib']:,.0f} MiB | |")
-    add("")
-    add(
+    runs = [r["compiled_one"], r["compiled_cycles"]]
+    memory_section(
+        add,
+        [(f"compiled, {run['cycles']} cycle{'s' if run['cycles'] != 1 else ''}", run) for run in runs],
+        [
+            (label, r[key])
+            for label, key in (
+                ("calibrated limit", "limit"),
+                ("MERGE or ON CONFLICT", "forms"),
+                ("per-transaction", "pertxn"),
+                ("log-order row-by-row", "rowbyrow"),
+            )
+        ],
         "The tree holds the Python driver, its JVM and the PySpark workers; the PostgreSQL server's processes are "
-        "not in it (they serve other users of the server too)."
+        "not in it (they serve other users of the server too).",
     )
-    add("")
 
 
 def _how(r: dict[str, Any], fig: Figures, add: Add) -> None:
@@ -347,7 +342,7 @@ def _how_baselines(r: dict[str, Any], add: Add) -> None:
     add("")
 
 
-_SECTIONS = (_title, _machine, _workload, _side_by_side, _goals, _forms, _compiled, _memory, _how)
+_SECTIONS = (_title, _machine, _workload, _side_by_side, _goals, network_section, _forms, _compiled, _memory, _how)
 
 
 def render(r: dict[str, Any]) -> str:

@@ -232,31 +232,36 @@ def _phases(r: dict[str, Any], fig: _Figures, add: Add) -> None:
     add("")
 
 
-def _memory(r: dict[str, Any], fig: _Figures, add: Add) -> None:
-    """The peak memory of every process tree."""
-    engines = ((r["engine_one"], "cycle"), (r["engine_cycles"], "cycles"))
-    parts = (
-        ("small-cycle run (bulk + small cycles)", r["small"]),
-        ("calibrated limit", r["limit"]),
-        ("per-transaction commits", r["pertxn"]),
-    )
+def memory_section(
+    add: Add, runs: list[tuple[str, dict[str, Any]]], parts: list[tuple[str, dict[str, Any]]], note: str
+) -> None:
+    """The peak memory of every process tree: applier runs (with their driver's own peak), then the other parts."""
     add("## Peak memory")
     add("")
     add("| process | whole process tree (max of summed VmRSS, polled every 0.2 s) | driver `driver_peak_rss_mib` |")
     add("|---|---:|---:|")
-    for run, unit in engines:
-        add(
-            f"| engine, {run['cycles']} {unit} | {run['peak_tree_mib']:,.0f} MiB | "
-            f"{run['driver_peak_rss_mib']:,.0f} MiB |"
-        )
+    for label, run in runs:
+        add(f"| {label} | {run['peak_tree_mib']:,.0f} MiB | {run['driver_peak_rss_mib']:,.0f} MiB |")
     for label, part in parts:
         add(f"| {label} | {part['process_peak_tree_mib']:,.0f} MiB | |")
     add("")
-    add(
-        "The tree holds the Python driver, its JVM and the PySpark workers. `driver_peak_rss_mib` is the Python "
-        "driver's own peak (`ru_maxrss`)."
-    )
+    add(note)
     add("")
+
+
+def _memory(r: dict[str, Any], fig: _Figures, add: Add) -> None:
+    engines = ((r["engine_one"], "cycle"), (r["engine_cycles"], "cycles"))
+    memory_section(
+        add,
+        [(f"engine, {run['cycles']} {unit}", run) for run, unit in engines],
+        [
+            ("small-cycle run (bulk + small cycles)", r["small"]),
+            ("calibrated limit", r["limit"]),
+            ("per-transaction commits", r["pertxn"]),
+        ],
+        "The tree holds the Python driver, its JVM and the PySpark workers. `driver_peak_rss_mib` is the Python "
+        "driver's own peak (`ru_maxrss`).",
+    )
 
 
 def _how_engine_and_limit(r: dict[str, Any], fig: _Figures, add: Add) -> None:

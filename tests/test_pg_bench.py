@@ -25,7 +25,7 @@ REPO = Path(__file__).resolve().parents[1]
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
-from bench import pg_forms, pg_limit, pg_pertxn, pg_report, pg_rowbyrow  # noqa: E402
+from bench import pg_forms, pg_limit, pg_network, pg_pertxn, pg_report, pg_rowbyrow  # noqa: E402
 from bench.common import BenchError  # noqa: E402
 from bench.pg_server import fingerprints  # noqa: E402
 from bench.pg_source import Prefix, Typed, transaction_net  # noqa: E402
@@ -178,6 +178,30 @@ def test_extrapolations_count_the_first_half_once_or_scale_the_whole_prefix() ->
     part = {"transactions": 100, "half_transactions": 50, "seconds": 30.0, "half_s": 20.0}
     assert pg_report.linear(part, 1000) == 300.0
     assert pg_report.steady(part, 1000) == 20.0 + 10.0 / 50 * 950
+
+
+def test_network_model_adds_a_round_trip_per_statement_and_finds_where_a_goal_holds() -> None:
+    result = {
+        "workload": {"committed": 1000},
+        "compiled_one": {"cycles": 2},
+        "limit": {"per_table": {"a": {"bytes": 1_000_000}, "b": {"bytes": 250_000}}},
+        "pertxn": {"transactions": 100, "statements": 300, "copies": 150, "commits": 100},
+        "rowbyrow": {"transactions": 100, "statements": 1000, "commits": 100},
+    }
+    trips = pg_network.round_trips(result)
+    per_cycle = 2 * pg_network.COMPILED_ROUND_TRIPS_PER_TABLE + pg_network.COMPILED_ROUND_TRIPS_PER_CYCLE
+    assert trips == pg_network.RoundTrips(
+        compiled=2.0 * per_cycle, per_transaction=6500.0, row_by_row=12000.0, copy_bytes=1_250_000
+    )
+    modelled = pg_network.at_rtt(1.0, trips, (10.0, 50.0, 100.0), bandwidth_mbit_s=100.0)
+    assert modelled.row_by_row_s == pytest.approx(100.0 + 12.0)
+    assert modelled.per_transaction_s == pytest.approx(50.0 + 6.5)
+    assert modelled.compiled_s == pytest.approx(10.0 + 2 * per_cycle / 1000 + 0.1)
+    # 100 + 12000 r >= 25 (10 + 0.1 + trips.compiled r)
+    expected = (25 * 10.1 - 100.0) / (12000.0 - 25 * trips.compiled) * 1000
+    assert pg_network.break_even_rtt_ms(25, 100.0, 12000.0, trips, 10.0, 100.0) == pytest.approx(expected)
+    assert pg_network.break_even_rtt_ms(5, 100.0, 12000.0, trips, 10.0, 100.0) == 0.0
+    assert pg_network.break_even_rtt_ms(25, 100.0, 10.0, trips, 10.0, 100.0) is None
 
 
 # ------------------------------------------------------------------ against PostgreSQL

@@ -29,7 +29,13 @@ def failing_on_bad_input() -> Iterator[None]:
 
 
 class ApplierTaskMixin:
-    """What every Applier operator shares: how it finds the run's configuration."""
+    """What every Applier operator shares: how it finds the run's configuration.
+
+    Each operator declares ``config_path``, ``config_variable`` and
+    ``target_conn_id`` in its own ``__init__``: Airflow's operator metaclass
+    wraps the ``__init__`` of each operator class, and an ``__init__`` here,
+    ahead of ``BaseOperator``, breaks that wrapping at instantiation.
+    """
 
     config_path: str | None
     config_variable: str

@@ -1,0 +1,157 @@
+"""What the PostgreSQL benchmark's approaches would take against a server across a network: a model, not a measurement.
+
+The benchmark's server runs on this machine, so a round trip costs about
+0.05 ms. A warehouse sits across a network, and every statement an applier
+waits for costs it one round trip more. The model adds to each measured time
+``round trips x RTT`` and, for the compiled apply, ``bytes COPYed / bandwidth``:
+
+- **row-by-row**: one round trip per statement, plus ``BEGIN`` and ``COMMIT``
+  per source transaction (psycopg's transaction block sends both on their own);
+- **per-transaction**: one per statement and per ``COPY``, plus ``BEGIN`` and
+  ``COMMIT``;
+- **compiled**: an upper bound of :data:`COMPILED_ROUND_TRIPS_PER_TABLE` per
+  table and cycle, and :data:`COMPILED_ROUND_TRIPS_PER_CYCLE` per cycle,
+  counted from :mod:`applier.targets.postgres` with room to spare (it issues
+  about ten per table: staging table, ``COPY``, create or evolve, ``MERGE``,
+  checks, drop; and about ten per cycle: checkpoint reads, lock, upsert,
+  ``BEGIN``/``COMMIT``), plus its final rows' bytes at the given bandwidth.
+
+Baselines are counted on their prefix and scaled to every committed
+transaction, as their times are. The model leaves out that a remote server
+would not share the applier's cores, which would help every approach.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, NamedTuple
+
+from bench.common import GOAL_PG_PER_TRANSACTION, GOAL_SPEEDUP
+from bench.report import Add
+
+if TYPE_CHECKING:
+    from bench.pg_report import Figures
+
+COMPILED_ROUND_TRIPS_PER_TABLE = 20
+COMPILED_ROUND_TRIPS_PER_CYCLE = 20
+RTTS_MS = (0.1, 0.25, 0.5, 1.0)
+BANDWIDTH_MBIT_S = 1000.0
+
+
+class Network(NamedTuple):
+    """The modelled seconds of each approach at one round-trip time."""
+
+    rtt_ms: float
+    compiled_s: float
+    per_transaction_s: float
+    row_by_row_s: float
+
+
+class RoundTrips(NamedTuple):
+    """Round trips of each approach on the whole workload, and the compiled apply's COPY bytes."""
+
+    compiled: float
+    per_transaction: float
+    row_by_row: float
+    copy_bytes: int
+
+
+def _scaled(count: float, part: dict[str, Any], committed: int) -> float:
+    return count * committed / part["transactions"]
+
+
+def round_trips(r: dict[str, Any]) -> RoundTrips:
+    """Count the round trips of each approach from the benchmark's result ``r``."""
+    committed, one, per, row = r["workload"]["committed"], r["compiled_one"], r["pertxn"], r["rowbyrow"]
+    tables = len(r["limit"]["per_table"])
+    compiled = one["cycles"] * (tables * COMPILED_ROUND_TRIPS_PER_TABLE + COMPILED_ROUND_TRIPS_PER_CYCLE)
+    return RoundTrips(
+        compiled=float(compiled),
+        per_transaction=_scaled(per["statements"] + per["copies"] + 2 * per["commits"], per, committed),
+        row_by_row=_scaled(row["statements"] + 2 * row["commits"], row, committed),
+        copy_bytes=sum(int(t["bytes"]) for t in r["limit"]["per_table"].values()),
+    )
+
+
+def at_rtt(
+    rtt_ms: float, trips: RoundTrips, measured: tuple[float, float, float], bandwidth_mbit_s: float = BANDWIDTH_MBIT_S
+) -> Network:
+    """The modelled seconds at ``rtt_ms`` from the ``measured`` (compiled, per-transaction, row-by-row) seconds."""
+    rtt = rtt_ms / 1000.0
+    compiled, per, row = measured
+    transfer = trips.copy_bytes * 8 / (bandwidth_mbit_s * 1e6)
+    return Network(
+        rtt_ms=rtt_ms,
+        compiled_s=compiled + trips.compiled * rtt + transfer,
+        per_transaction_s=per + trips.per_transaction * rtt,
+        row_by_row_s=row + trips.row_by_row * rtt,
+    )
+
+
+def break_even_rtt_ms(
+    goal: float,
+    baseline_s: float,
+    baseline_trips: float,
+    trips: RoundTrips,
+    compiled_s: float,
+    bandwidth_mbit_s: float = BANDWIDTH_MBIT_S,
+) -> float | None:
+    """The smallest RTT (ms) at which the baseline takes ``goal`` times the compiled apply; None if none does.
+
+    Solves ``baseline_s + baseline_trips * rtt >= goal * (compiled_s + transfer + trips.compiled * rtt)``.
+    """
+    fixed = goal * (compiled_s + trips.copy_bytes * 8 / (bandwidth_mbit_s * 1e6)) - baseline_s
+    if fixed <= 0:
+        return 0.0
+    slope = baseline_trips - goal * trips.compiled
+    if slope <= 0:
+        return None
+    return fixed / slope * 1000.0
+
+
+def network_section(r: dict[str, Any], fig: Figures, add: Add) -> None:
+    """The report's section: each approach at several round-trip times, and where the goals would hold."""
+    trips = round_trips(r)
+    one = r["compiled_one"]["wall_s"]
+    measured = (one, fig.per_total, fig.row_total)
+    add("## Against a server across a network (a model, not a measurement)")
+    add("")
+    add(
+        f"The server above answers over loopback. Across a network every statement an applier waits for costs one "
+        f"round trip (RTT) more. Adding RTT x round trips to the times measured above (and, for the compiled apply, "
+        f"its {trips.copy_bytes / 1e6:,.1f} MB of COPY data at {BANDWIDTH_MBIT_S:,.0f} Mbit/s) gives the table "
+        f"below (`bench/pg_network.py` says how each approach's round trips are counted). Round trips on the whole "
+        f"workload: row-by-row {trips.row_by_row:,.0f}, per-transaction {trips.per_transaction:,.0f}, compiled at "
+        f"most {trips.compiled:,.0f}."
+    )
+    add("")
+    add("| RTT | compiled s | per-transaction s | row-by-row s | x per-transaction | x row-by-row |")
+    add("|---|---:|---:|---:|---:|---:|")
+    add(
+        f"| loopback (measured) | {one:.1f} | {fig.per_total:,.0f} | {fig.row_total:,.0f} | {fig.vs_per:.1f}x | "
+        f"{fig.vs_row:.1f}x |"
+    )
+    for rtt in RTTS_MS:
+        n = at_rtt(rtt, trips, measured)
+        add(
+            f"| {rtt:g} ms | {n.compiled_s:.1f} | {n.per_transaction_s:,.0f} | {n.row_by_row_s:,.0f} | "
+            f"{n.per_transaction_s / n.compiled_s:.1f}x | {n.row_by_row_s / n.compiled_s:.1f}x |"
+        )
+    add("")
+    row_at = break_even_rtt_ms(GOAL_SPEEDUP, fig.row_total, trips.row_by_row, trips, one)
+    steady_at = break_even_rtt_ms(GOAL_SPEEDUP, fig.row_steady, trips.row_by_row, trips, one)
+    per_at = break_even_rtt_ms(GOAL_PG_PER_TRANSACTION, fig.per_total, trips.per_transaction, trips, one)
+    add(
+        f"By this model the compiled apply is {GOAL_SPEEDUP:g}x faster than row-by-row from "
+        f"{_ms(row_at)} ({_ms(steady_at)} with the second-half rate), and {GOAL_PG_PER_TRANSACTION:g}x faster than "
+        f"per-transaction from {_ms(per_at)}. On loopback no apply that reads and parses every image could reach "
+        f"{GOAL_SPEEDUP:g}x here: the calibrated limit itself, {fig.limit_e2e:.1f} s, is only "
+        f"{fig.row_total / fig.limit_e2e:.1f}x faster than row-by-row. To measure against a real warehouse, run the "
+        f"benchmark with `--server`."
+    )
+    add("")
+
+
+def _ms(value: float | None) -> str:
+    if value is None:
+        return "no RTT"
+    return "loopback on" if value == 0 else f"an RTT of {value:.2f} ms"
