@@ -43,7 +43,7 @@ def spark() -> Iterator[SparkSession]:
         .config("spark.ui.enabled", "false")
         .config("spark.ui.showConsoleProgress", "false")
         .config("spark.sql.session.timeZone", "UTC")
-        .config("spark.driver.extraJavaOptions", "-Duser.timezone=UTC")
+        .config("spark.driver.extraJavaOptions", "-Duser.timezone=UTC -XX:+UseParallelGC")
         .getOrCreate()
     )
     session.sparkContext.setLogLevel("ERROR")

@@ -119,6 +119,9 @@ def test_tasks_run_plan_apply_validate_report(dag: Any) -> None:
     assert isinstance(apply, SparkSubmitOperator)
     assert apply.spark_conn_id == "spark_default"
     assert apply.application == str(DAGS_FOLDER.parent / "jobs" / "apply.py")
+    # The driver JVM starts before the job runs: its options must come with the submission.
+    assert apply.conf["spark.driver.extraJavaOptions"] == "-Duser.timezone=UTC -XX:+UseParallelGC"
+    assert apply.conf["spark.executor.extraJavaOptions"] == "-Duser.timezone=UTC -XX:+UseParallelGC"
     assert dag.get_task("report").trigger_rule == "none_failed"
     assert dag.get_task("report").outlets == [AssetAlias("applier_target_tables")]
 
@@ -171,3 +174,15 @@ def test_params_refuse_bad_values_naming_the_param(dag: Any, conf: dict[str, Any
     (name,) = conf
     with pytest.raises(ParamValidationError, match=f"Invalid input for param {name}"):
         _serialized_params(dag).deep_merge(conf).validate()
+
+
+def test_the_submit_operator_keeps_a_users_jvm_options_and_other_conf() -> None:
+    from applier_airflow.operators import ApplierSubmitOperator
+
+    conf = {"spark.driver.extraJavaOptions": "-Xss4m", "spark.sql.shuffle.partitions": "4"}
+    submit = ApplierSubmitOperator(task_id="apply", conf=conf)
+    assert submit.conf == {
+        "spark.driver.extraJavaOptions": "-Xss4m",
+        "spark.executor.extraJavaOptions": "-Duser.timezone=UTC -XX:+UseParallelGC",
+        "spark.sql.shuffle.partitions": "4",
+    }

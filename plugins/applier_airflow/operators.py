@@ -23,6 +23,7 @@ from airflow.sdk.exceptions import (
     AirflowSkipException,
 )
 
+from applier.engine.session import JVM_OPTIONS
 from applier_airflow.base import ApplierTaskMixin, context_run_key, failing_on_bad_input
 from applier_airflow.builders import (
     application_args,
@@ -42,6 +43,11 @@ TABLES_ALIAS = "applier_target_tables"
 # Exit codes of jobs/apply.py that a retry cannot fix: bad configuration, refused pair.
 NOT_RETRIED = {2: "configuration error", 3: "refused intermediate file"}
 LOCAL_SPARK_CONN = '{"conn_type": "spark", "host": "local[*]"}'
+
+
+def jvm_conf() -> dict[str, str]:
+    """The Spark properties giving the driver and executor JVMs the engine's options."""
+    return {"spark.driver.extraJavaOptions": JVM_OPTIONS, "spark.executor.extraJavaOptions": JVM_OPTIONS}
 
 
 class ApplierPlanOperator(ApplierTaskMixin, BaseOperator, SkipMixin):
@@ -104,7 +110,10 @@ class ApplierSubmitOperator(ApplierTaskMixin, SparkSubmitOperator):
     The application arguments are built at run time: the configuration file,
     the overrides, the ``max_cycles`` param and the run key. The driver runs this
     worker's Python, which has the ``applier`` package; the executors too,
-    unless ``PYSPARK_PYTHON`` names theirs.
+    unless ``PYSPARK_PYTHON`` names theirs. The driver and executor JVMs get
+    the engine's options (``applier.engine.session.JVM_OPTIONS``) unless
+    ``conf`` sets their ``extraJavaOptions``: under spark-submit the driver JVM
+    is started before the job could set them.
 
     Args:
         config_path: the configuration file; None discovers it (see ``ApplierHook``).
@@ -129,7 +138,8 @@ class ApplierSubmitOperator(ApplierTaskMixin, SparkSubmitOperator):
         name: str = "applier",
         **kwargs: Any,
     ) -> None:
-        super().__init__(conn_id=conn_id, application=application, name=name, **kwargs)
+        conf = {**jvm_conf(), **(kwargs.pop("conf", None) or {})}
+        super().__init__(conn_id=conn_id, application=application, name=name, conf=conf, **kwargs)
         self.spark_conn_id = conn_id
         self.config_path = config_path
         self.config_variable = config_variable

@@ -7,6 +7,13 @@ from typing import Any
 
 from applier.config import Config
 
+# The JVMs' options: UTC, and the parallel (throughput) collector. A cycle is a
+# batch job; on 2 cores the parallel collector compiled a 1.2M-change cycle in
+# 10.7 s against 12.8-14.3 s with the default G1 (6.1 against 7.1 s once the
+# JVM was warm). Setting ``spark.driver.extraJavaOptions`` or
+# ``spark.executor.extraJavaOptions`` in ``spark.conf`` replaces these.
+JVM_OPTIONS = "-Duser.timezone=UTC -XX:+UseParallelGC"
+
 # Defaults suited to apply cycles: UTC everywhere (the spec's times are UTC),
 # few shuffle partitions (a cycle's data is modest), Arrow for driver transfers.
 DEFAULTS = {
@@ -15,8 +22,8 @@ DEFAULTS = {
     "spark.ui.enabled": "false",
     "spark.ui.showConsoleProgress": "false",
     "spark.sql.execution.arrow.pyspark.enabled": "true",
-    "spark.driver.extraJavaOptions": "-Duser.timezone=UTC",
-    "spark.executor.extraJavaOptions": "-Duser.timezone=UTC",
+    "spark.driver.extraJavaOptions": JVM_OPTIONS,
+    "spark.executor.extraJavaOptions": JVM_OPTIONS,
 }
 
 
