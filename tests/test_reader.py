@@ -179,6 +179,30 @@ def test_a_good_handmade_pair_reads_back_intact(tmp_path: Path) -> None:
     assert ref.size == (tmp_path / "000000000001.dat").stat().st_size + (tmp_path / "000000000001.trn").stat().st_size
 
 
+def test_a_re_read_without_image_checks_reads_only_the_stream_columns(tmp_path: Path) -> None:
+    good_first_pair(tmp_path)
+    (ref,) = list_pairs(tmp_path).pairs
+    pair = read_pair(ref, check_rows=False)
+    assert pair.data.column_names == ["lsn", "xid", "table", "op"]
+    assert pair.data["lsn"].to_pylist() == [11, 12, 15]
+    assert pair.data["xid"].to_pylist() == ["t1", "t1", "t2"]
+
+
+def test_a_re_read_without_image_checks_still_refuses_an_image_column_of_the_wrong_type(tmp_path: Path) -> None:
+    schema = pa.schema(
+        [(n, pa.int64() if n in ("lsn", "after") else pa.string()) for n in ("lsn", "xid", "table", "op", "before")]
+        + [("after", pa.int64())],
+        metadata={"cdc.tables": json.dumps({"bank.accounts": ACCOUNTS})},
+    )
+    sink = pa.BufferOutputStream()
+    pq.write_table(pa.Table.from_pydict({n: [] for n in schema.names}, schema=schema), sink)
+    write_pair(tmp_path, 1, [], [], dat_bytes=sink.getvalue().to_pybytes())
+    (ref,) = list_pairs(tmp_path).pairs
+    with pytest.raises(IntermediateFileError) as refused:
+        read_pair(ref, check_rows=False)
+    assert refused.value.code == "dat-column-type" and "'after'" in str(refused.value)
+
+
 EVERY_TYPE = {
     "public.every": {
         "columns": [

@@ -27,6 +27,8 @@ from applier.intermediate.schema import SchemaError, TableDef, check_table_name,
 EVENT_RECORDS = frozenset({"begin", "commit", "rollback"})
 _TS_TEXT = re.compile(r"\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(\.\d{1,6})?Z")
 _SHA256 = re.compile(r"[0-9a-f]{64}")
+# The columns the stream checks read; the images are read only to be checked.
+_STREAM_COLUMNS = ("lsn", "xid", "table", "op")
 _ARROW_TYPES = {
     "lsn": (pa.int64(),),
     "xid": (pa.string(), pa.large_string()),
@@ -69,7 +71,8 @@ class Pair:
         header: its header.
         events: its transaction events in lsn order.
         tables: the table definitions of its ``cdc.tables`` metadata.
-        data: its rows (columns lsn, xid, table, op, before, after).
+        data: its rows (columns lsn, xid, table, op, and before and after when
+            the images were checked).
     """
 
     ref: PairRef
@@ -188,22 +191,22 @@ def _check_dat_identity(ref: PairRef, header: Header) -> None:
         raise _corrupt(ref, ref.dat_path, "sha-mismatch", f"sha256 is {digest}, header says {header.dat_sha256}")
 
 
-def _read_dat(ref: PairRef, header: Header) -> tuple[pa.Table, dict[str, TableDef]]:
+def _read_dat(ref: PairRef, header: Header, *, images: bool) -> tuple[pa.Table, dict[str, TableDef]]:
     try:
-        table = pq.read_table(ref.dat_path)
+        schema = pq.read_schema(ref.dat_path)
+        wanted = None if images else [n for n in _STREAM_COLUMNS if n in schema.names]
+        table = pq.read_table(ref.dat_path, columns=wanted)
     except (pa.ArrowException, OSError) as e:
         raise _corrupt(ref, ref.dat_path, "dat-not-parquet", f"not a readable Parquet file: {e}") from e
     for name in DAT_COLUMNS:
-        if name not in table.column_names:
+        if name not in schema.names:
             raise _corrupt(ref, ref.dat_path, "dat-missing-column", f"column {name!r} is missing")
-        if table.schema.field(name).type not in _ARROW_TYPES[name]:
-            raise _corrupt(
-                ref, ref.dat_path, "dat-column-type", f"column {name!r} has type {table.schema.field(name).type}"
-            )
-    extra = [n for n in table.column_names if n not in DAT_COLUMNS]
+        if schema.field(name).type not in _ARROW_TYPES[name]:
+            raise _corrupt(ref, ref.dat_path, "dat-column-type", f"column {name!r} has type {schema.field(name).type}")
+    extra = [n for n in schema.names if n not in DAT_COLUMNS]
     if extra:
         raise _corrupt(ref, ref.dat_path, "dat-extra-column", f"columns {extra} are not in the spec")
-    metadata = table.schema.metadata or {}
+    metadata = schema.metadata or {}
     if TABLES_METADATA_KEY not in metadata:
         raise _corrupt(ref, ref.dat_path, "dat-no-table-metadata", "Parquet metadata has no 'cdc.tables' key")
     try:
@@ -225,7 +228,7 @@ def _read_dat(ref: PairRef, header: Header) -> tuple[pa.Table, dict[str, TableDe
         raise _corrupt(
             ref, ref.dat_path, "rows-mismatch", f"file has {table.num_rows} rows, header says {header.dat_rows}"
         )
-    return table.select(list(DAT_COLUMNS)), defs
+    return table.select([n for n in DAT_COLUMNS if n in table.column_names]), defs
 
 
 def _check_row_columns(ref: PairRef, table: pa.Table, defs: dict[str, TableDef]) -> None:
@@ -273,14 +276,16 @@ def read_pair(ref: PairRef, *, check_rows: bool = True) -> Pair:
             costly part; callers that re-read a pair already checked may skip it).
 
     Returns:
-        The pair's header, events, table definitions and rows.
+        The pair's header, events, table definitions and rows; without
+        ``check_rows``, the rows lack the ``before`` and ``after`` images
+        (their column types are still checked).
 
     Raises:
         IntermediateFileError: a subclass naming the file and the defect.
     """
     header, events = read_trn(ref)
     _check_dat_identity(ref, header)
-    data, defs = _read_dat(ref, header)
+    data, defs = _read_dat(ref, header, images=check_rows)
     _check_row_columns(ref, data, defs)
     pair = Pair(ref, header, events, defs, data)
     _check_lsn_range(ref, header, pair)
