@@ -12,6 +12,7 @@ from typing import Any, NamedTuple
 
 from bench.common import GOAL_LIMIT_RATIO, GOAL_PG_PER_TRANSACTION, GOAL_SPEEDUP
 from bench.pg_network import network_section
+from bench.pg_server import is_local
 from bench.report import Add, machine_section, memory_section, met, workload_section
 
 
@@ -80,12 +81,16 @@ def _machine(r: dict[str, Any], fig: Figures, add: Add) -> None:
     add("## PostgreSQL server")
     add("")
     add(
-        f"- PostgreSQL {s['version']} at `{s['server']}`, on this machine (it shares the 2 cores), psycopg "
+        f"- PostgreSQL {s['version']} at `{s['server']}`{_where(s['server'])}, psycopg "
         f"{s['psycopg']}; every approach ran against a new database of its own on this server, after a `CHECKPOINT`"
     )
     add("- settings: " + ", ".join(f"`{k}` {v}" for k, v in s["settings"].items()))
     add(f"- compiled runs: `apply.threads: {r['threads']}` load connections")
     add("")
+
+
+def _where(server: str) -> str:
+    return ", on this machine (it shares the cores)" if is_local(server) else ", across the network"
 
 
 def _workload(r: dict[str, Any], fig: Figures, add: Add) -> None:

@@ -36,6 +36,14 @@ def database_url(server: str, name: str) -> str:
     return psycopg.conninfo.make_conninfo(server, dbname=name)
 
 
+def is_local(server: str) -> bool:
+    """Whether the connection string names this machine (loopback, a Unix socket, or no host)."""
+    import psycopg
+
+    host = str(psycopg.conninfo.conninfo_to_dict(server).get("host") or "")
+    return host in ("", "localhost", "127.0.0.1", "::1") or host.startswith("/")
+
+
 def safe_server(server: str) -> str:
     """The server's connection string without a password, for the report and messages."""
     from applier.targets.postgres import redacted
@@ -111,12 +119,13 @@ class Databases:
         self._run("CHECKPOINT", "CHECKPOINT (needs a superuser or the pg_checkpoint role)")
 
     def facts(self) -> dict[str, Any]:
-        """The server's version and the settings in :data:`SETTINGS`."""
+        """The server's version, the settings in :data:`SETTINGS` and the round-trip time of a trivial statement."""
         with self._admin() as admin:
             version = admin.execute("SHOW server_version").fetchone()
             rows = admin.execute(
                 "SELECT name, setting, unit FROM pg_settings WHERE name = ANY(%s) ORDER BY name", [list(SETTINGS)]
             ).fetchall()
+            round_trip_ms = _round_trip_ms(admin)
         shown = {}
         for name, setting, unit in rows:
             shown[name] = _with_unit(setting, unit)
@@ -127,7 +136,21 @@ class Databases:
             "version": version[0] if version else "?",
             "settings": shown,
             "psycopg": psycopg.__version__,
+            "round_trip_ms": round_trip_ms,
         }
+
+
+def _round_trip_ms(conn: Any, times: int = 2000) -> float:
+    """The median time of a prepared ``SELECT 1``: what one statement a client waits for costs at the least."""
+    import statistics
+    import time
+
+    samples = []
+    for _ in range(times):
+        started = time.perf_counter()
+        conn.execute("SELECT 1", prepare=True).fetchone()
+        samples.append(time.perf_counter() - started)
+    return statistics.median(samples) * 1000
 
 
 def _with_unit(setting: str, unit: str | None) -> str:

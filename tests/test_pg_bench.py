@@ -27,7 +27,7 @@ if str(REPO) not in sys.path:
 
 from bench import pg_forms, pg_limit, pg_network, pg_pertxn, pg_report, pg_rowbyrow  # noqa: E402
 from bench.common import BenchError  # noqa: E402
-from bench.pg_server import fingerprints  # noqa: E402
+from bench.pg_server import fingerprints, is_local  # noqa: E402
 from bench.pg_source import Prefix, Typed, transaction_net  # noqa: E402
 
 ITEMS = TableDef(
@@ -178,6 +178,21 @@ def test_extrapolations_count_the_first_half_once_or_scale_the_whole_prefix() ->
     part = {"transactions": 100, "half_transactions": 50, "seconds": 30.0, "half_s": 20.0}
     assert pg_report.linear(part, 1000) == 300.0
     assert pg_report.steady(part, 1000) == 20.0 + 10.0 / 50 * 950
+
+
+@pytest.mark.parametrize(
+    ("server", "local"),
+    [
+        ("host=127.0.0.1 port=5432 user=postgres", True),
+        ("user=postgres", True),
+        ("host=/var/run/postgresql", True),
+        ("postgresql://ci@localhost:5433", True),
+        ("host=db.example user=ci", False),
+        ("postgresql://ci@10.0.0.7/postgres", False),
+    ],
+)
+def test_a_server_is_local_on_loopback_or_a_socket(server: str, local: bool) -> None:
+    assert is_local(server) is local
 
 
 def test_network_model_adds_a_round_trip_per_statement_and_finds_where_a_goal_holds() -> None:
