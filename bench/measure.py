@@ -207,7 +207,7 @@ def finish_benchmark(
     Args:
         prog: the benchmark's name, in error lines.
         args: the parsed arguments (``workdir``, ``out``, ``keep``, ``file_size_mb`` and the ``counts``).
-        counts: argument names that must be at least 1.
+        counts: argument names that must be at least 1 when given.
         run: runs the benchmark in the work folder and returns its results.
         render: the Markdown report of the results.
         parser: the argument parser, for usage errors.
@@ -216,7 +216,8 @@ def finish_benchmark(
         0 when every measurement ran, 1 when a step failed (the work folder is then kept).
     """
     for name in counts:
-        if getattr(args, name) < 1:
+        value = getattr(args, name)
+        if value is not None and value < 1:
             parser.error(f"--{name.replace('_', '-')} must be at least 1")
     if not args.file_size_mb > 0:
         parser.error("--file-size-mb must be positive")

@@ -180,6 +180,33 @@ def test_extrapolations_count_the_first_half_once_or_scale_the_whole_prefix() ->
     assert pg_report.steady(part, 1000) == 20.0 + 10.0 / 50 * 950
 
 
+def _baselines(per_transactions: int, row_transactions: int, committed: int = 1000) -> dict[str, Any]:
+    part = {"rows": 10, "half_transactions": 1, "half_rows": 5, "seconds": 2.0, "half_s": 1.0}
+    return {
+        "workload": {"committed": committed},
+        "pertxn": {**part, "transactions": per_transactions},
+        "rowbyrow": {**part, "transactions": row_transactions},
+    }
+
+
+def test_baselines_that_apply_every_transaction_are_measured_and_a_prefix_is_extrapolated() -> None:
+    assert not pg_report.any_prefix(_baselines(1000, 1000))
+    assert pg_report.any_prefix(_baselines(1000, 60))
+    assert pg_report.whole({"transactions": 1000}, 1000) and not pg_report.whole({"transactions": 999}, 1000)
+
+
+def test_the_report_says_how_a_prefix_was_extrapolated_and_which_baseline_matched_the_compiled_rows() -> None:
+    r = {**_baselines(1000, 60), "baselines_agree": None, "baselines_match_compiled": {"pertxn": True}}
+    lines: list[str] = []
+    fig = pg_report.Figures(*([1.0] * 10), extrapolated=True)
+    pg_report._baselines_basis(r, fig, lines.append)
+    text = " ".join(lines)
+    assert "extrapolated linearly to all 1,000 committed transactions" in text
+    assert "in every table: not compared (different prefixes); per-transaction and the one-cycle compiled apply " \
+        "leave the same rows: yes." in text
+    assert "row-by-row and the one-cycle" not in text
+
+
 @pytest.mark.parametrize(
     ("server", "local"),
     [
@@ -275,8 +302,8 @@ def test_whole_benchmark_runs_at_a_tiny_size_and_drops_its_databases(tmp_path: P
 
     out = tmp_path / "report.md"
     cmd = [
-        sys.executable, "-m", "bench.pg_bench", "--transactions", "300", "--pertxn-prefix", "60",
-        "--rowbyrow-prefix", "60", "--file-size-mb", "0.25", "--forms-repeats", "1", "--server", SERVER,
+        sys.executable, "-m", "bench.pg_bench", "--transactions", "300", "--file-size-mb", "0.25",
+        "--forms-repeats", "1", "--server", SERVER,
         "--workdir", str(tmp_path / "work"), "--out", str(out),
     ]  # fmt: skip
     proc = subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
@@ -286,7 +313,12 @@ def test_whole_benchmark_runs_at_a_tiny_size_and_drops_its_databases(tmp_path: P
     for heading in ("## Side by side", "## Goals of the issue", "## MERGE or INSERT … ON CONFLICT", "## Peak memory"):
         assert heading in report
     assert "Both compiled runs leave the same rows (count and digest) in every table: yes." in report
-    assert "in every table: yes." in report.split("Both baselines leave the same rows")[1]
+    assert report.split("Both baselines leave the same rows")[1].startswith(" (count and digest) in every table: yes;")
+    # By default both baselines apply every committed transaction: measured, and equal to the compiled apply.
+    assert "| per-transaction (measured) |" in report and "| log-order row-by-row (measured) |" in report
+    assert "extrapolated" not in report.split("## Side by side")[1].split("## Against")[0]
+    assert "per-transaction and the one-cycle compiled apply leave the same rows: yes" in report
+    assert "row-by-row and the one-cycle compiled apply leave the same rows: yes" in report
     assert "Both forms left the same rows in every trial: yes." in report
     with psycopg.connect(database_url("postgres")) as conn:
         left = conn.execute("SELECT datname FROM pg_database WHERE datname LIKE %s", [f"cdc_bench_{proc.pid}_%"])
