@@ -187,6 +187,12 @@ def test_same_cycle_applied_twice_changes_nothing(tmp_path: Path) -> None:
     target.apply(2, counted(events, [({"what": "late", "n": None}, 1)]))  # a lower cycle is committed already
     assert target.committed_cycle("app.events") == 3
     assert [r["what"] for r in rows_of(target, "app.events")] == ["click", "click", "view"]
+    # Each Delta table answers for itself; a table never written holds no cycle.
+    assert target.committed_cycles(["app.events", "sales.orders", "sales.never"]) == {
+        "app.events": 3,
+        "sales.orders": 1,
+        "sales.never": 0,
+    }
 
 
 def test_truncate_then_inserts_in_one_commit(tmp_path: Path) -> None:

@@ -40,6 +40,9 @@ class CrashingTarget:
     def committed_cycle(self, table: str) -> int:
         return int(self.real.committed_cycle(table))
 
+    def committed_cycles(self, tables: Any) -> dict[str, int]:
+        return dict(self.real.committed_cycles(tables))
+
     def read_arrow(self, table: str) -> Any:
         return self.real.read_arrow(table)
 

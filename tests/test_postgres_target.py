@@ -139,6 +139,8 @@ def test_upserts_and_deletes_on_a_composite_key(pg_url: str, tmp_path: Path) -> 
     t.apply_cycle(2, {LINES.name: change}, {})
     assert rows(pg_url, "shop.lines", "order_id, line") == [(1, 2, 20), (2, 1, None), (3, 1, 3)]
     assert t.committed_cycle(LINES.name) == 2
+    # One checkpoint row holds every table's cycle, even a table the cycle did not change.
+    assert t.committed_cycles([LINES.name, "public.all_types"]) == {LINES.name: 2, "public.all_types": 2}
 
 
 def test_a_cycle_already_committed_is_skipped(pg_url: str, tmp_path: Path) -> None:

@@ -223,7 +223,7 @@ def replay_run(
         GapError: a pair a cycle to reapply needs is gone (removed by retention, say).
     """
     tables = sorted({t for cycle in record.cycles for t in cycle.tables})
-    plans = plan_replay(record, {t: target.committed_cycle(t) for t in tables})
+    plans = plan_replay(record, target.committed_cycles(tables))
     to_reapply = [c for c, plan in zip(record.cycles, plans, strict=True) if "reapplied" in plan.values()]
     _check_pairs_present(config, ledger, record, to_reapply)
     applier = ReplayApplier(config, spark, target)

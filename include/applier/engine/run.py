@@ -134,11 +134,12 @@ class Applier:
 
     def _refuse_restored_target(self, checkpoint: Checkpoint) -> None:
         """Refuse to apply on top of tables holding less than the checkpoint recorded: they were restored."""
-        behind = {}
-        for table, recorded in sorted(checkpoint.table_cycles.items()):
-            held = self.target.committed_cycle(table)
-            if held < recorded:
-                behind[table] = (held, recorded)
+        held = self.target.committed_cycles(sorted(checkpoint.table_cycles))
+        behind = {
+            table: (held[table], recorded)
+            for table, recorded in sorted(checkpoint.table_cycles.items())
+            if held[table] < recorded
+        }
         if behind:
             raise restored_target_error(behind, RunLedger(self.config.work_dir))
 
@@ -206,7 +207,7 @@ class Applier:
             counts[table] = (0 if truncated else counts.get(table, 0)) + delta
         with report.phase("checkpoint"):
             # What each table holds now, as the target reads it (an empty change commits nothing).
-            held = {table: self.target.committed_cycle(table) for table in sorted(changed)}
+            held = self.target.committed_cycles(sorted(changed))
             checkpoint = self._commit(
                 checkpoint,
                 replace(

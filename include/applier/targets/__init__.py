@@ -7,7 +7,7 @@ place that turns the configuration into a target.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -55,6 +55,14 @@ class Target(Protocol):
 
         After the table was restored to an earlier state (a backup, a Delta
         RESTORE), the cycle of that state: restore detection and replays rely on it.
+        """
+        ...
+
+    def committed_cycles(self, tables: Iterable[str]) -> dict[str, int]:
+        """:meth:`committed_cycle` of each of ``tables``, in as few reads as the target allows.
+
+        The engine asks this after every cycle and before every run, so a
+        target that keeps one position for all tables answers with one read.
         """
         ...
 

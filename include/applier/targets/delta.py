@@ -31,7 +31,7 @@ added after it. The target assumes it is the only writer of its tables.
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -123,6 +123,10 @@ class DeltaTarget:
         with _target_errors(table, "reading the committed cycle"):
             current = _open(path)
             return 0 if current is None else self._held_cycle(table, path, current)
+
+    def committed_cycles(self, tables: Iterable[str]) -> dict[str, int]:
+        """:meth:`committed_cycle` of each table: every Delta table keeps its own log."""
+        return {table: self.committed_cycle(table) for table in tables}
 
     def _held_cycle(self, table: str, path: Path, current: DeltaTable) -> int:
         """The cycle of the newest tagged commit along ``current``'s state (one log read when it is the newest).

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import re
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -153,6 +153,11 @@ class PostgresTarget:
                 return 0
             row = conn.execute(q.committed_cycle(), [self._name]).fetchone()
         return int(row[0]) if row else 0
+
+    def committed_cycles(self, tables: Iterable[str]) -> dict[str, int]:
+        """The last cycle committed, for every table at once: one read of the checkpoint row."""
+        cycle = self.committed_cycle()
+        return dict.fromkeys(tables, cycle)
 
     def read_arrow(self, table: str) -> pa.Table | None:
         """The table's rows typed as the spec types map to Arrow (status, validation, tests); None when missing."""
