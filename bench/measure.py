@@ -119,14 +119,19 @@ def tail(path: Path, lines: int = 15) -> str:
         return ""
 
 
-def run_part(name: str, params: dict[str, Any], workdir: Path, module: str = "bench.apply_bench") -> dict[str, Any]:
-    """Run one measurement in a fresh Python process (``python -m <module> --part``) and return its JSON result."""
+def run_part(
+    name: str, params: dict[str, Any], workdir: Path, module: str = "bench.apply_bench", part: str = ""
+) -> dict[str, Any]:
+    """Run one measurement in a fresh Python process (``python -m <module> --part``) and return its JSON result.
+
+    ``name`` names its files in ``workdir``; ``part`` is the part to run when it is not ``name``.
+    """
     params_path = workdir / f"part-{name}.params.json"
     result_path = workdir / f"part-{name}.result.json"
     log_path = workdir / f"part-{name}.log"
     params = {**params, "result": str(result_path), "spawned_at": time.time()}
     params_path.write_text(json.dumps(params, indent=1), encoding="utf-8")
-    cmd = [sys.executable, "-m", module, "--part", name, "--part-params", str(params_path)]
+    cmd = [sys.executable, "-m", module, "--part", part or name, "--part-params", str(params_path)]
     code, wall, peak = run_measured(cmd, log_path, name)
     if code != 0 or not result_path.exists():
         raise BenchError(f"part {name} failed (exit {code}); log {log_path}:\n{tail(log_path)}")

@@ -14,7 +14,11 @@ runs, each in a fresh process against a fresh database on the same server:
 4. per-transaction apply: each source transaction staged and applied on its
    own (:mod:`bench.pg_pertxn`);
 5. log-order row-by-row apply: one statement per change, one commit per source
-   transaction (:mod:`bench.pg_rowbyrow`).
+   transaction (:mod:`bench.pg_rowbyrow`);
+6. across an emulated network: the compiled apply whole, and both baselines on
+   their first ``--network-prefix`` transactions, through a relay delaying
+   every byte (:mod:`bench.pg_delay`), at each round-trip time of
+   ``--network-rtt-ms``.
 
 Both baselines apply every committed transaction unless ``--pertxn-prefix`` or
 ``--rowbyrow-prefix`` limits them to the first ones (then the report
@@ -45,12 +49,13 @@ from typing import Any
 from bench.common import SPARK_MASTER, BenchError, progress
 from bench.engine import choose_cycle_limit, read_cycles, summarize_cycles, write_config
 from bench.measure import finish_benchmark, load_average, machine_facts, run_measured, run_part, tail
+from bench.pg_delay import delayed_server
 from bench.pg_forms import part_forms
 from bench.pg_limit import part_limit
 from bench.pg_pertxn import part_pertxn
 from bench.pg_report import render
 from bench.pg_rowbyrow import part_rowbyrow
-from bench.pg_server import DEFAULT_SERVER, Databases, fingerprints
+from bench.pg_server import DEFAULT_SERVER, Databases, database_url, fingerprints, round_trip_ms
 from bench.workload import generate, latest_table_defs, prepare_workdir
 
 MODULE = "bench.pg_bench"
@@ -61,6 +66,16 @@ PARTS: dict[str, Callable[[dict[str, Any]], dict[str, Any]]] = {
     "pertxn": part_pertxn,
     "rowbyrow": part_rowbyrow,
 }
+# Round-trip times the benchmark emulates by default: a neighbouring machine, and a cross-zone warehouse.
+NETWORK_RTTS_MS = (0.25, 1.0)
+
+
+def _rtts(text: str) -> tuple[float, ...]:
+    """``--network-rtt-ms``: positive milliseconds, comma-separated."""
+    values = tuple(float(v) for v in text.split(",") if v.strip())
+    if any(v <= 0 for v in values):
+        raise argparse.ArgumentTypeError(f"round-trip times must be positive milliseconds, not {text!r}")
+    return values
 
 
 def run_part_here(name: str, params_path: Path) -> int:
@@ -126,16 +141,73 @@ def run_compiled(
     return result
 
 
-def _baseline(name: str, dbs: Databases, workdir: Path, intermediate: Path, prefix: int) -> tuple[dict[str, Any], str]:
-    """One prefix baseline (``pertxn`` or ``rowbyrow``) on a new database; its result and the database."""
-    url = dbs.create(name)
+def _baseline(
+    name: str, dbs: Databases, workdir: Path, intermediate: Path, prefix: int, *, role: str = "", via: str = ""
+) -> tuple[dict[str, Any], str]:
+    """One prefix baseline (``pertxn`` or ``rowbyrow``) on a new database; its result and the database.
+
+    ``role`` names the database (default: the baseline's name); ``via`` is a
+    relay's connection string (:func:`bench.pg_delay.delayed_server`) to reach
+    the database through instead of directly.
+    """
+    url = dbs.create(role or name)
     dbs.checkpoint()
-    result = run_part(name, {"intermediate_dir": str(intermediate), "url": url, "prefix": prefix}, workdir, MODULE)
+    params = {"intermediate_dir": str(intermediate), "url": _through(url, via), "prefix": prefix}
+    result = run_part(role or name, params, workdir, MODULE, part=name)
     progress(
         f"{name}: {result['transactions']} transactions, {result['rows']} changes, {result['statements']} "
         f"statements in {result['seconds']:.1f} s"
     )
     return result, url
+
+
+def _through(url: str, via: str) -> str:
+    """The database of ``url`` reached through the relay ``via`` (``url`` itself without one)."""
+    import psycopg
+
+    return database_url(via, psycopg.conninfo.conninfo_to_dict(url)["dbname"]) if via else url
+
+
+def _measure_network(args: argparse.Namespace, workdir: Path, dbs: Databases, report: dict[str, Any]) -> None:
+    """Each approach through a relay delaying every byte, at each of ``--network-rtt-ms``, into ``report``.
+
+    The compiled apply runs whole and must leave the rows it left directly;
+    the baselines apply their first ``--network-prefix`` transactions, once
+    directly and once per round-trip time through the relay, so the report can
+    tell what one round trip costs each of them. The relay holds each byte so
+    that a round trip through it, its own hop included, takes the time asked
+    (or its own hop alone, when that is longer).
+
+    Raises:
+        BenchError: a step failed.
+    """
+    intermediate = workdir / "intermediate"
+    tables = list(latest_table_defs(intermediate))
+    prefix = min(args.network_prefix, report["workload"]["committed"])
+    network: dict[str, Any] = {"prefix": prefix, "direct_rtt_ms": round_trip_ms(database_url(args.server, "postgres"))}
+    for name in ("pertxn", "rowbyrow"):
+        network[name], url = _baseline(name, dbs, workdir, intermediate, prefix, role=f"{name}_direct")
+        dbs.drop(url)
+    with delayed_server(args.server, 0.0, workdir) as via:
+        # The relay's own hop (threads handing bytes on) is part of every round trip through it.
+        network["relay_rtt_ms"] = round_trip_ms(database_url(via, "postgres"))
+    network["runs"] = []
+    for i, rtt in enumerate(args.network_rtt_ms, 1):
+        hold_ms = max(0.0, rtt - network["relay_rtt_ms"]) / 2
+        with delayed_server(args.server, hold_ms, workdir) as via:
+            run: dict[str, Any] = {"rtt_ms": rtt, "hold_ms": hold_ms}
+            run["measured_rtt_ms"] = round_trip_ms(database_url(via, "postgres"))
+            progress(f"relay for {rtt:g} ms: a round trip through it takes {run['measured_rtt_ms']:.3f} ms")
+            url = dbs.create(f"net{i}_compiled")
+            dbs.checkpoint()
+            run["compiled"] = run_compiled(workdir, f"pg_net{i}", intermediate, _through(url, via), 0, args)
+            run["compiled_agrees"] = fingerprints(url, tables) == report["target_rows"]["one"]
+            dbs.drop(url)
+            for name in ("pertxn", "rowbyrow"):
+                run[name], url = _baseline(name, dbs, workdir, intermediate, prefix, role=f"net{i}_{name}", via=via)
+                dbs.drop(url)
+        network["runs"].append(run)
+    report["network"] = network
 
 
 def _measure(args: argparse.Namespace, workdir: Path, dbs: Databases, report: dict[str, Any]) -> None:
@@ -180,6 +252,8 @@ def _measure(args: argparse.Namespace, workdir: Path, dbs: Databases, report: di
         for name in ("pertxn", "rowbyrow")
         if report[name]["transactions"] == committed
     }
+    if args.network_rtt_ms:
+        _measure_network(args, workdir, dbs, report)
     dbs.drop(one_url)
 
 
@@ -246,6 +320,19 @@ def _parser() -> argparse.ArgumentParser:
         help="apply only the first N committed transactions in the row-by-row baseline and extrapolate "
         "(default: all of them)",
     )
+    parser.add_argument(
+        "--network-rtt-ms",
+        type=_rtts,
+        default=NETWORK_RTTS_MS,
+        help="round-trip times (ms, comma-separated; '' for none) to emulate with a delay relay "
+        f"(default {','.join(f'{v:g}' for v in NETWORK_RTTS_MS)})",
+    )
+    parser.add_argument(
+        "--network-prefix",
+        type=int,
+        default=2000,
+        help="committed transactions each baseline applies through the relay (default 2000)",
+    )
     parser.add_argument("--threads", type=int, default=2, help="apply.threads of the compiled runs (default 2)")
     parser.add_argument("--forms-repeats", type=int, default=3, help="trials per statement form and scenario")
     parser.add_argument(
@@ -265,7 +352,7 @@ def _parser() -> argparse.ArgumentParser:
 
 
 # Arguments that must be at least 1.
-_COUNTS = ("transactions", "pertxn_prefix", "rowbyrow_prefix", "threads", "forms_repeats")
+_COUNTS = ("transactions", "pertxn_prefix", "rowbyrow_prefix", "network_prefix", "threads", "forms_repeats")
 
 
 def main(argv: list[str] | None = None) -> int:

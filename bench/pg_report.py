@@ -11,7 +11,7 @@ import json
 from typing import Any, NamedTuple
 
 from bench.common import GOAL_LIMIT_RATIO, GOAL_PG_PER_TRANSACTION, GOAL_SPEEDUP
-from bench.pg_network import network_section
+from bench.pg_network import measured_goals, measured_network_section, network_section
 from bench.pg_server import is_local
 from bench.report import Add, machine_section, memory_section, met, workload_section
 
@@ -178,6 +178,9 @@ def _goals(r: dict[str, Any], fig: Figures, add: Add) -> None:
         f"run: {many['wall_s'] / fig.limit_e2e:.2f}x | {met(fig.ratio_e2e <= GOAL_LIMIT_RATIO)} |"
     )
     add("")
+    if across := measured_goals(r, fig):
+        add(across)
+        add("")
 
 
 def _forms(r: dict[str, Any], fig: Figures, add: Add) -> None:
@@ -389,7 +392,8 @@ def _baselines_basis(r: dict[str, Any], fig: Figures, add: Add) -> None:
     add("")
 
 
-_SECTIONS = (_title, _machine, _workload, _side_by_side, _goals, network_section, _forms, _compiled, _memory, _how)
+_SECTIONS = (_title, _machine, _workload, _side_by_side, _goals, network_section, measured_network_section)
+_SECTIONS += (_forms, _compiled, _memory, _how)
 
 
 def render(r: dict[str, Any]) -> str:

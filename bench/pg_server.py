@@ -140,6 +140,14 @@ class Databases:
         }
 
 
+def round_trip_ms(url: str, times: int = 2000) -> float:
+    """:func:`_round_trip_ms` on a new connection to ``url`` (a database on the server, or on a relay to it)."""
+    import psycopg
+
+    with psycopg.connect(url, autocommit=True) as conn:
+        return _round_trip_ms(conn, times)
+
+
 def _round_trip_ms(conn: Any, times: int = 2000) -> float:
     """The median time of a prepared ``SELECT 1``: what one statement a client waits for costs at the least."""
     import statistics

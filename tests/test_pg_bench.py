@@ -9,6 +9,7 @@ from __future__ import annotations
 import math
 import subprocess
 import sys
+import time
 from decimal import Decimal
 from pathlib import Path
 from typing import Any
@@ -25,7 +26,7 @@ REPO = Path(__file__).resolve().parents[1]
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
-from bench import pg_forms, pg_limit, pg_network, pg_pertxn, pg_report, pg_rowbyrow  # noqa: E402
+from bench import pg_delay, pg_forms, pg_limit, pg_network, pg_pertxn, pg_report, pg_rowbyrow  # noqa: E402
 from bench.common import BenchError  # noqa: E402
 from bench.pg_server import fingerprints, is_local  # noqa: E402
 from bench.pg_source import Prefix, Typed, transaction_net  # noqa: E402
@@ -246,7 +247,39 @@ def test_network_model_adds_a_round_trip_per_statement_and_finds_where_a_goal_ho
     assert pg_network.break_even_rtt_ms(25, 100.0, 10.0, trips, 10.0, 100.0) is None
 
 
+def test_a_relay_run_costs_each_baseline_its_extra_seconds_per_round_trip_and_scales_them_to_the_workload() -> None:
+    network = {"pertxn": {"seconds": 2.0}, "rowbyrow": {"seconds": 4.0}}
+    run = {
+        "measured_rtt_ms": 0.5,
+        "compiled": {"wall_s": 12.0},
+        # pertxn: 100 statements + 50 COPYs + 2 x 25 commits = 200 round trips; rowbyrow: 900 + 2 x 50 = 1000.
+        "pertxn": {"seconds": 2.1, "statements": 100, "copies": 50, "commits": 25},
+        "rowbyrow": {"seconds": 4.5, "statements": 900, "commits": 50},
+    }
+    trips = pg_network.RoundTrips(compiled=140.0, per_transaction=20_000.0, row_by_row=300_000.0, copy_bytes=0)
+    m = pg_network.measured_at(run, network, {"pertxn": 30.0, "rowbyrow": 60.0}, trips)
+    assert m.rtt_ms == 0.5 and m.compiled_s == 12.0
+    assert m.per_trip_ms == {"pertxn": pytest.approx(0.5), "rowbyrow": pytest.approx(0.5)}
+    assert m.whole_s == {"pertxn": pytest.approx(30.0 + 10.0), "rowbyrow": pytest.approx(60.0 + 150.0)}
+
+
 # ------------------------------------------------------------------ against PostgreSQL
+
+
+@pytest.mark.postgres
+def test_delay_relay_holds_every_byte_each_way_and_passes_it_on_intact(tmp_path: Path) -> None:
+    from pg_support import database_url
+
+    server = database_url("postgres")
+    with pg_delay.delayed_server(server, 20.0, tmp_path) as via, psycopg.connect(via, autocommit=True) as conn:
+        started = time.perf_counter()
+        value = conn.execute("SELECT repeat('ab', 2500000) || %s", ["!"]).fetchone()
+        waited = time.perf_counter() - started
+        assert value == ("ab" * 2_500_000 + "!",)
+        # The query went out and its answer came back, each held 20 ms by the relay: never sooner than that.
+        assert waited >= 0.040
+        assert psycopg.conninfo.conninfo_to_dict(via)["host"] == "127.0.0.1"
+    assert not list(tmp_path.iterdir())  # its port file is gone with it
 
 
 @pytest.mark.postgres
@@ -303,7 +336,7 @@ def test_whole_benchmark_runs_at_a_tiny_size_and_drops_its_databases(tmp_path: P
     out = tmp_path / "report.md"
     cmd = [
         sys.executable, "-m", "bench.pg_bench", "--transactions", "300", "--file-size-mb", "0.25",
-        "--forms-repeats", "1", "--server", SERVER,
+        "--forms-repeats", "1", "--server", SERVER, "--network-rtt-ms", "0.5", "--network-prefix", "40",
         "--workdir", str(tmp_path / "work"), "--out", str(out),
     ]  # fmt: skip
     proc = subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
@@ -320,6 +353,10 @@ def test_whole_benchmark_runs_at_a_tiny_size_and_drops_its_databases(tmp_path: P
     assert "per-transaction and the one-cycle compiled apply leave the same rows: yes" in report
     assert "row-by-row and the one-cycle compiled apply leave the same rows: yes" in report
     assert "Both forms left the same rows in every trial: yes." in report
+    # Through the delay relay: the compiled apply whole, leaving the direct run's rows; both baselines on a prefix.
+    measured = report.split("## Across an emulated network (measured)")[1].split("## MERGE")[0]
+    assert "Every compiled run through the relay leaves the rows of the direct one: yes." in measured
+    assert "| 0.5 ms |" in measured and "first 40: s" in measured
     with psycopg.connect(database_url("postgres")) as conn:
         left = conn.execute("SELECT datname FROM pg_database WHERE datname LIKE %s", [f"cdc_bench_{proc.pid}_%"])
         assert left.fetchall() == []
