@@ -171,12 +171,12 @@ def _through(url: str, via: str) -> str:
 def _measure_network(args: argparse.Namespace, workdir: Path, dbs: Databases, report: dict[str, Any]) -> None:
     """Each approach through a relay delaying every byte, at each of ``--network-rtt-ms``, into ``report``.
 
-    The compiled apply runs whole and must leave the rows it left directly;
-    the baselines apply their first ``--network-prefix`` transactions, once
-    directly and once per round-trip time through the relay, so the report can
-    tell what one round trip costs each of them. The relay holds each byte so
-    that a round trip through it, its own hop included, takes the time asked
-    (or its own hop alone, when that is longer).
+    The relay holds each byte so that a round trip through it, its own hop
+    included, takes the time asked (or its own hop alone, when that is
+    longer). Through it, the compiled apply runs whole and must leave the rows
+    it left directly. Each baseline applies its first ``--network-prefix``
+    transactions directly and then through the relay, back to back, so the
+    two differ in the relay alone and not in what else the machine was doing.
 
     Raises:
         BenchError: a step failed.
@@ -185,9 +185,6 @@ def _measure_network(args: argparse.Namespace, workdir: Path, dbs: Databases, re
     tables = list(latest_table_defs(intermediate))
     prefix = min(args.network_prefix, report["workload"]["committed"])
     network: dict[str, Any] = {"prefix": prefix, "direct_rtt_ms": round_trip_ms(database_url(args.server, "postgres"))}
-    for name in ("pertxn", "rowbyrow"):
-        network[name], url = _baseline(name, dbs, workdir, intermediate, prefix, role=f"{name}_direct")
-        dbs.drop(url)
     with delayed_server(args.server, 0.0, workdir) as via:
         # The relay's own hop (threads handing bytes on) is part of every round trip through it.
         network["relay_rtt_ms"] = round_trip_ms(database_url(via, "postgres"))
@@ -195,7 +192,7 @@ def _measure_network(args: argparse.Namespace, workdir: Path, dbs: Databases, re
     for i, rtt in enumerate(args.network_rtt_ms, 1):
         hold_ms = max(0.0, rtt - network["relay_rtt_ms"]) / 2
         with delayed_server(args.server, hold_ms, workdir) as via:
-            run: dict[str, Any] = {"rtt_ms": rtt, "hold_ms": hold_ms}
+            run: dict[str, Any] = {"rtt_ms": rtt, "hold_ms": hold_ms, "direct": {}}
             run["measured_rtt_ms"] = round_trip_ms(database_url(via, "postgres"))
             progress(f"relay for {rtt:g} ms: a round trip through it takes {run['measured_rtt_ms']:.3f} ms")
             url = dbs.create(f"net{i}_compiled")
@@ -204,6 +201,8 @@ def _measure_network(args: argparse.Namespace, workdir: Path, dbs: Databases, re
             run["compiled_agrees"] = fingerprints(url, tables) == report["target_rows"]["one"]
             dbs.drop(url)
             for name in ("pertxn", "rowbyrow"):
+                run["direct"][name], url = _baseline(name, dbs, workdir, intermediate, prefix, role=f"net{i}d_{name}")
+                dbs.drop(url)
                 run[name], url = _baseline(name, dbs, workdir, intermediate, prefix, role=f"net{i}_{name}", via=via)
                 dbs.drop(url)
         network["runs"].append(run)

@@ -247,19 +247,23 @@ def test_network_model_adds_a_round_trip_per_statement_and_finds_where_a_goal_ho
     assert pg_network.break_even_rtt_ms(25, 100.0, 10.0, trips, 10.0, 100.0) is None
 
 
-def test_a_relay_run_costs_each_baseline_its_extra_seconds_per_round_trip_and_scales_them_to_the_workload() -> None:
-    network = {"pertxn": {"seconds": 2.0}, "rowbyrow": {"seconds": 4.0}}
+def test_through_the_relay_each_round_trip_costs_what_the_relay_adds_to_a_select() -> None:
     run = {
-        "measured_rtt_ms": 0.5,
+        "measured_rtt_ms": 0.6,
         "compiled": {"wall_s": 12.0},
+        "direct": {"pertxn": {"seconds": 2.0}, "rowbyrow": {"seconds": 4.0}},
         # pertxn: 100 statements + 50 COPYs + 2 x 25 commits = 200 round trips; rowbyrow: 900 + 2 x 50 = 1000.
-        "pertxn": {"seconds": 2.1, "statements": 100, "copies": 50, "commits": 25},
-        "rowbyrow": {"seconds": 4.5, "statements": 900, "commits": 50},
+        "pertxn": {"seconds": 2.3, "statements": 100, "copies": 50, "commits": 25},
+        "rowbyrow": {"seconds": 4.4, "statements": 900, "commits": 50},
     }
     trips = pg_network.RoundTrips(compiled=140.0, per_transaction=20_000.0, row_by_row=300_000.0, copy_bytes=0)
-    m = pg_network.measured_at(run, network, {"pertxn": 30.0, "rowbyrow": 60.0}, trips)
-    assert m.rtt_ms == 0.5 and m.compiled_s == 12.0
-    assert m.per_trip_ms == {"pertxn": pytest.approx(0.5), "rowbyrow": pytest.approx(0.5)}
+    m = pg_network.measured_at(run, 0.1, {"pertxn": 30.0, "rowbyrow": 60.0}, trips)
+    assert (m.rtt_ms, m.compiled_s) == (0.6, 12.0)
+    assert m.added_ms == pytest.approx(0.5)
+    # Each prefix: directly, through the relay, and directly + its round trips x 0.5 ms.
+    assert m.prefix_s["pertxn"] == pytest.approx((2.0, 2.3, 2.1))
+    assert m.prefix_s["rowbyrow"] == pytest.approx((4.0, 4.4, 4.5))
+    # The whole workload: its direct time + its round trips x 0.5 ms.
     assert m.whole_s == {"pertxn": pytest.approx(30.0 + 10.0), "rowbyrow": pytest.approx(60.0 + 150.0)}
 
 
