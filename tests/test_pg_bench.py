@@ -360,7 +360,8 @@ def test_whole_benchmark_runs_at_a_tiny_size_and_drops_its_databases(tmp_path: P
     # Through the delay relay: the compiled apply whole, leaving the direct run's rows; both baselines on a prefix.
     measured = report.split("## Across an emulated network (measured)")[1].split("## MERGE")[0]
     assert "Every compiled run through the relay leaves the rows of the direct one: yes." in measured
-    assert "| 0.5 ms |" in measured and "first 40: s" in measured
+    assert "| 0.5 ms |" in measured and "first 40: s directly / through the relay / predicted" in measured
+    assert "through the relay: at 0." in measured and "in `tables`" in measured
     with psycopg.connect(database_url("postgres")) as conn:
         left = conn.execute("SELECT datname FROM pg_database WHERE datname LIKE %s", [f"cdc_bench_{proc.pid}_%"])
         assert left.fetchall() == []
