@@ -22,10 +22,11 @@ would not share the applier's cores, which would help every approach.
 
 :func:`measured_network_section` checks the model against a measurement:
 the benchmark runs the compiled apply whole, and each baseline on a prefix,
-through a relay that delays every byte (:mod:`bench.pg_delay`). What one
-round trip costs a baseline there, times its round trips on the whole
-workload, added to its time measured directly, is its whole-workload time at
-that round-trip time.
+through a relay that delays every byte (:mod:`bench.pg_delay`). A baseline's
+whole-workload time at that round-trip time is its time measured directly plus
+its round trips on the whole workload x what a round trip through the relay
+takes more than one directly; its prefix, run directly and through the relay,
+checks that rule.
 """
 
 from __future__ import annotations
