@@ -40,6 +40,12 @@ class ApplyConfig:
     deletes, after each run, applied pairs that no restart needs and whose
     cycle was committed more than that many hours ago (a run-ledger replay
     needs them until then).
+
+    ``queue_memory_mb``: the one memory budget (MiB) for everything the
+    Applier holds for the configuration (open-transaction buffers, tables
+    waiting for a load connection, compiled rows waiting to be applied); None
+    takes :data:`QUEUE_MEMORY_SHARE` of the driver memory
+    (:func:`queue_memory_bytes`).
     """
 
     process_intermediate_size_per_job: float = 0.0
@@ -47,11 +53,32 @@ class ApplyConfig:
     max_cycles_per_run: int = 0
     intermediate_retention_hours: float | None = None
     threads: int = 4
+    queue_memory_mb: float | None = None
 
     @property
     def cycle_limit_bytes(self) -> int:
         """The per-cycle size limit in bytes; 0 means every available pair."""
         return int(self.process_intermediate_size_per_job * MIB)
+
+
+# The default queue memory: a quarter of ``spark.driver.memory`` (Spark's own
+# default is 1g, so 256 MiB), leaving the rest to the Spark driver itself.
+QUEUE_MEMORY_SHARE = 0.25
+DEFAULT_DRIVER_MEMORY = "1g"
+_MEMORY_SIZE = re.compile(r"(\d+(?:\.\d+)?)\s*([kmgt]?)b?", re.IGNORECASE)
+
+
+def memory_bytes(text: str) -> int:
+    """A JVM memory size such as ``512m``, ``4g`` or ``1024`` (MiB when unit-less, as Spark reads it) in bytes.
+
+    Raises:
+        ValueError: ``text`` is not a size.
+    """
+    found = _MEMORY_SIZE.fullmatch(text.strip())
+    if not found:
+        raise ValueError(f"{text!r} is not a memory size such as 512m or 4g")
+    unit = found.group(2).lower() or "m"
+    return int(float(found.group(1)) * 1024 ** "kmgt".index(unit) * 1024)
 
 
 @dataclass(frozen=True)
@@ -98,6 +125,14 @@ class Config:
     def spill_dir(self) -> Path:
         return self.work_dir / "tmp"
 
+    @property
+    def queue_memory_bytes(self) -> int:
+        """The queue-memory budget in bytes: ``apply.queue_memory_mb``, else a share of the driver memory."""
+        if self.apply.queue_memory_mb is not None:
+            return int(self.apply.queue_memory_mb * MIB)
+        driver = memory_bytes(self.spark.conf.get("spark.driver.memory", DEFAULT_DRIVER_MEMORY))
+        return int(driver * QUEUE_MEMORY_SHARE)
+
 
 def _name(key: str, v: Any) -> str:
     if not isinstance(v, str) or not _NAME.fullmatch(v):
@@ -126,6 +161,22 @@ def _int_at_least(lowest: int, meaning: str) -> Callable[[str, Any], int]:
         return v
 
     return check
+
+
+def _megabytes_or_default(key: str, v: Any) -> float | None:
+    if v is None:
+        return None
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 < v < float("inf"):
+        raise ConfigError(key, v, "use a number of MB (MiB) > 0, or null for a quarter of spark.driver.memory")
+    return float(v)
+
+
+def _driver_memory(key: str, v: str) -> str:
+    try:
+        memory_bytes(v)
+    except ValueError:
+        raise ConfigError(key, v, "use a JVM memory size such as 1g or 4096m") from None
+    return v
 
 
 def _identifier(key: str, v: Any) -> str:
@@ -162,6 +213,7 @@ _KEYS: dict[str, tuple[Callable[[str, Any], Any], Any]] = {
     "apply.buffer_size_for_split_records": (_int_at_least(1, "bytes"), 1_048_576),
     "apply.max_cycles_per_run": (_int_at_least(0, "0 means until caught up"), 0),
     "apply.intermediate_retention_hours": (_hours_or_forever, None),
+    "apply.queue_memory_mb": (_megabytes_or_default, None),
     "target.type": (_choice(TARGET_TYPES), "delta"),
     "target.path": (_text, None),
     "target.url": (_text, None),
@@ -169,7 +221,7 @@ _KEYS: dict[str, tuple[Callable[[str, Any], Any], Any]] = {
     "spark.master": (_text, "local[*]"),
 }
 _PATH_KEYS = ("intermediate_dir", "output_dir", "target.path")
-_OPTIONAL_KEYS = ("apply.intermediate_retention_hours",)  # None is their default, not "required"
+_OPTIONAL_KEYS = ("apply.intermediate_retention_hours", "apply.queue_memory_mb")  # None is their default, not "required"
 KNOWN_KEYS = (*_KEYS, f"{_SPARK_CONF}.<spark property>", f"{_SCHEMA_MAP}.<source schema>")
 
 
@@ -220,7 +272,9 @@ def _resolve(value: str, base: Path) -> Path:
 def _validate(flat: dict[str, Any]) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for key, value in flat.items():
-        if key.startswith(f"{_SPARK_CONF}."):
+        if key == f"{_SPARK_CONF}.spark.driver.memory":
+            out[key] = _driver_memory(key, str(value))
+        elif key.startswith(f"{_SPARK_CONF}."):
             out[key] = _text(key, str(value))
         elif key.startswith(f"{_SCHEMA_MAP}."):
             out[key] = _identifier(key, value)
@@ -277,6 +331,7 @@ def load_config(path: Path | str | None, overrides: Sequence[str] = ()) -> Confi
             max_cycles_per_run=values["apply.max_cycles_per_run"],
             intermediate_retention_hours=values["apply.intermediate_retention_hours"],
             threads=values["apply.threads"],
+            queue_memory_mb=values["apply.queue_memory_mb"],
         ),
         target=TargetConfig(
             type=values["target.type"],
