@@ -9,6 +9,7 @@ mapping from failure to exit code lives in one place:
 - 3  refused intermediate file          (:class:`IntermediateFileError`)
 - 4  target or apply error              (:class:`TargetError`)
 - 5  a target table failed validation   (:class:`ValidationError`)
+- 6  another run holds the run lock     (:class:`RunLockedError`)
 """
 
 from __future__ import annotations
@@ -113,3 +114,28 @@ class ValidationError(ApplierError):
 
     def __reduce__(self) -> tuple[type[ValidationError], tuple[list[str], Path | None]]:
         return (type(self), (self.failures, self.json_path))
+
+
+class RunLockedError(ApplierError):
+    """Another run holds this configuration's run lock; this run stopped before changing anything.
+
+    One run at a time applies a configuration (:mod:`applier.engine.runlock`).
+    A second run is refused at once, before it touches the target, the
+    checkpoint or the spill files, and before it starts Spark.
+
+    Attributes:
+        lock: the lock that is held (the lock file, or the PostgreSQL advisory lock).
+        holder: who holds it, in words (``the run on host h, pid 12, started …``).
+    """
+
+    exit_code = 6
+
+    def __init__(self, lock: str, holder: str) -> None:
+        self.lock = lock
+        self.holder = holder
+        super().__init__(
+            f"another run is applying this configuration: {lock} is held by {holder}; this run changed nothing"
+        )
+
+    def __reduce__(self) -> tuple[type[RunLockedError], tuple[str, str]]:
+        return (type(self), (self.lock, self.holder))

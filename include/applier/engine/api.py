@@ -21,8 +21,9 @@ from applier.engine.ledger import (
 from applier.engine.replay import replay_run
 from applier.engine.report import CycleReport
 from applier.engine.run import Applier, RunSummary
+from applier.engine.runlock import RunLock
 from applier.engine.session import start_spark
-from applier.targets import open_target
+from applier.targets import Target, open_target
 
 log = logging.getLogger("applier")
 
@@ -70,12 +71,33 @@ def run_applier(
         TargetError: the target failed (the cycle was not checkpointed), or
             was restored to an earlier state (replay the runs since), or is not
             where a replayed cycle found it (replay earlier runs first).
+        RunLockedError: another run of the configuration holds its run lock
+            (the work folder's, or the target's); nothing was changed and
+            Spark was not started.
     """
     logging.getLogger("applier").setLevel(logging.INFO)
+    if run_key is not None:
+        check_run_key(run_key)  # a bad key is refused before Spark starts, as before the lock
+    # One run at a time: the folder's lock, then the target's, both before anything changes or Spark starts.
+    with RunLock(config.work_dir, config.configuration_name, run_key=run_key):
+        target = open_target(config)
+        with target.run_lock():
+            session = spark if spark is not None else start_spark(config, set_master=set_master)
+            return _locked_run(config, session, target, max_cycles, on_cycle, run_key, clock)
+
+
+def _locked_run(
+    config: Config,
+    session: Any,
+    target: Target,
+    max_cycles: int | None,
+    on_cycle: Callable[[CycleReport], None] | None,
+    run_key: str | None,
+    clock: Clock,
+) -> RunSummary:
+    """:func:`run_applier` once the run holds its locks."""
     ledger = RunLedger(config.work_dir)
     record = ledger.get(check_run_key(run_key)) if run_key is not None else None
-    session = spark if spark is not None else start_spark(config, set_master=set_master)
-    target = open_target(config)
     if run_key is None:
         summary = Applier(config, session, target, clock=clock).run(_limit(config, max_cycles), on_cycle)
         summary.pruned_pairs = _retention(config, ledger, clock)

@@ -8,6 +8,7 @@ place that turns the configuration into a target.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -85,6 +86,19 @@ class Target(Protocol):
 
     def read_arrow(self, table: str) -> pa.Table | None:
         """The table's current contents (status, validation, tests); None when it is missing."""
+        ...
+
+    def run_lock(self) -> AbstractContextManager[None]:
+        """A lock the run holds on the target from before its first change to its end.
+
+        The engine already holds the work folder's run lock
+        (:mod:`applier.engine.runlock`); a target whose state lives elsewhere
+        (a checkpoint row in a database two folders could share) adds its own.
+        A target whose state is all in the folder returns ``contextlib.nullcontext()``.
+
+        Raises:
+            RunLockedError: another run holds it (on entering the returned context).
+        """
         ...
 
 

@@ -32,7 +32,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Iterable, Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 from pathlib import Path
 
 import pyarrow as pa
@@ -127,6 +127,10 @@ class DeltaTarget:
     def committed_cycles(self, tables: Iterable[str]) -> dict[str, int]:
         """:meth:`committed_cycle` of each table: every Delta table keeps its own log."""
         return {table: self.committed_cycle(table) for table in tables}
+
+    def run_lock(self) -> AbstractContextManager[None]:
+        """No lock of its own: the work folder's run lock, which the engine holds, covers a Delta target."""
+        return nullcontext()
 
     def _held_cycle(self, table: str, path: Path, current: DeltaTable) -> int:
         """The cycle of the newest tagged commit along ``current``'s state (one log read when it is the newest).

@@ -27,7 +27,7 @@ import re
 import time
 from collections.abc import Iterable, Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -42,6 +42,7 @@ from applier.intermediate.schema import TableDef, check_table_name
 from applier.targets import CycleLoad
 from applier.targets import pg_sql as q
 from applier.targets.pg_load import csv_bytes, read_batches, staging_rows, table_id, write_spill
+from applier.targets.pg_lock import advisory_run_lock
 
 _MAX_IDENTIFIER = 63
 _ARROW_TYPES = {
@@ -127,6 +128,10 @@ class PostgresTarget:
         for conn in self._connections:
             conn.close()
         self._connections = []
+
+    def run_lock(self) -> AbstractContextManager[None]:
+        """The configuration's advisory run lock, on a connection of its own for the whole run (see ``pg_lock``)."""
+        return advisory_run_lock(self._url, self._name, redacted(self._url))
 
     @contextmanager
     def _errors(self, doing: str, table: str | None, source: _Staged | None = None) -> Iterator[None]:
