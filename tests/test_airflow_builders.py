@@ -26,6 +26,7 @@ from applier_airflow.builders import (
     schedule_from_env,
     spark_env,
     submit_failure,
+    submit_outcome,
     target_overrides,
     touched_tables,
 )
@@ -165,6 +166,35 @@ def test_submit_failure_finds_the_exit_code_and_the_applier_error() -> None:
     assert submit_failure(message) == (3, "/in/000000000004.dat: row 2 is not valid [invalid-change]")
     assert submit_failure("Cannot execute: spark-submit x. Error code is: 1.") == (1, None)
     assert submit_failure("something else") == (None, None)
+
+
+def test_a_held_run_lock_skips_the_apply_task_and_bad_input_fails_it_without_retry() -> None:
+    held = (
+        "Cannot execute: spark-submit --master local[*] --name applier jobs/apply.py --config c.yaml. "
+        "Error code is: 6.\nLast spark-submit output:\n"
+        "applier: error: another run is applying this configuration: the run lock of configuration demo "
+        "(/out/demo/run.lock) is held by the run on host h, pid 42, started 2026-01-01T10:00:00Z; "
+        "this run changed nothing\n"
+    )
+    assert submit_outcome(held) == (
+        "skip",
+        "skipped (exit code 6): another run is applying this configuration: the run lock of configuration demo "
+        "(/out/demo/run.lock) is held by the run on host h, pid 42, started 2026-01-01T10:00:00Z; "
+        "this run changed nothing; the next scheduled run picks up the backlog",
+    )
+    assert submit_outcome("Error code is: 6.") == (
+        "skip",
+        "skipped (exit code 6): another run is applying this configuration; "
+        "the next scheduled run picks up the backlog",
+    )
+    refused = "Error code is: 3.\napplier: error: /in/000000000004.dat: bad [invalid-change]"
+    assert submit_outcome(refused) == (
+        "fail",
+        "refused intermediate file (exit code 3): /in/000000000004.dat: bad [invalid-change]",
+    )
+    assert submit_outcome("Error code is: 2.") == ("fail", "configuration error (exit code 2): None")
+    assert submit_outcome("Error code is: 4.\napplier: error: x") == ("retry", "Error code is: 4.\napplier: error: x")
+    assert submit_outcome("something else") == ("retry", "something else")
 
 
 def test_plan_summary() -> None:

@@ -2,8 +2,9 @@
 
 Exit codes: 0 success (including nothing to do), 2 usage or configuration
 error, 3 refused intermediate file, 4 target or apply error, 5 a target table
-failed validation. Errors are one line on stderr; long work shows progress on
-stderr when it is a terminal.
+failed validation, 6 another run holds the configuration's run lock. Errors
+are one line on stderr; long work shows progress on stderr when it is a
+terminal.
 """
 
 from __future__ import annotations
@@ -21,7 +22,8 @@ EXIT_CODES_HELP = """exit codes:
   2  usage or configuration error
   3  refused intermediate file (the message names the pair)
   4  target or apply error
-  5  a target table failed validation (the message names the table and the expectation)"""
+  5  a target table failed validation (the message names the table and the expectation)
+  6  another run of the configuration holds its run lock (the message names the holder); nothing was changed"""
 
 
 def _add_config_args(parser: argparse.ArgumentParser) -> None:

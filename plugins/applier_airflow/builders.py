@@ -32,6 +32,11 @@ PARAM_OVERRIDES = {
 # A replay's "verified" table already held the cycle and was not changed.
 CHANGED_STATES = ("applied", "skipped", "reapplied")
 
+# Exit codes of jobs/apply.py that a retry cannot fix: bad configuration, refused pair.
+NOT_RETRIED = {2: "configuration error", 3: "refused intermediate file"}
+# The exit code of jobs/apply.py when another run holds the configuration's run lock.
+RUN_LOCKED = 6
+
 _UNSAFE = re.compile(r"[^A-Za-z0-9._-]+")
 _EXIT_CODE = re.compile(r"Error code is: (\d+)")
 _APPLIER_ERROR = re.compile(r"applier: error: (.+)")
@@ -220,6 +225,28 @@ def submit_failure(message: str) -> tuple[int | None, str | None]:
     code = _EXIT_CODE.search(message)
     errors = _APPLIER_ERROR.findall(message)
     return (int(code.group(1)) if code else None, errors[-1].strip() if errors else None)
+
+
+def submit_outcome(message: str) -> tuple[str, str]:
+    """What a failed spark-submit of ``jobs/apply.py`` means for the apply task.
+
+    Args:
+        message: the text of the provider's exception (it ends with the output tail).
+
+    Returns:
+        ``(outcome, reason)``: ``skip`` when another run holds the
+        configuration's run lock (exit code 6; this run changed nothing and the
+        next scheduled run picks up the backlog), ``fail`` for what a retry
+        cannot fix (:data:`NOT_RETRIED`), otherwise ``retry`` with the message
+        as it is (the DAG's retries decide).
+    """
+    code, error = submit_failure(message)
+    if code == RUN_LOCKED:
+        held = error or "another run is applying this configuration"
+        return "skip", f"skipped (exit code {code}): {held}; the next scheduled run picks up the backlog"
+    if code in NOT_RETRIED:
+        return "fail", f"{NOT_RETRIED[code]} (exit code {code}): {error}"
+    return "retry", message
 
 
 def plan_summary(

@@ -4,7 +4,10 @@ Each is thin: it resolves the run through :class:`ApplierHook`, hands off to
 the library (or to spark-submit) and turns the library's errors into task
 outcomes. Bad input (configuration, a refused pair, a failed expectation) fails
 the task without a retry: retrying cannot fix it. Only the apply task's target
-errors (exit code 4) are left to the DAG's retries.
+errors (exit code 4) are left to the DAG's retries. An apply job refused because
+another run holds the configuration's run lock (exit code 6) changed nothing:
+it skips the apply task and the rest of the run, and the next scheduled run
+picks up the backlog.
 """
 
 from __future__ import annotations
@@ -33,15 +36,13 @@ from applier_airflow.builders import (
     max_cycles_from_params,
     run_figures,
     spark_env,
-    submit_failure,
+    submit_outcome,
     touched_tables,
 )
 from applier_airflow.hooks import CONFIG_VARIABLE, PROJECT_DIR, TARGET_CONN_ID
 
 APPLY_JOB = PROJECT_DIR / "jobs" / "apply.py"
 TABLES_ALIAS = "applier_target_tables"
-# Exit codes of jobs/apply.py that a retry cannot fix: bad configuration, refused pair.
-NOT_RETRIED = {2: "configuration error", 3: "refused intermediate file"}
 LOCAL_SPARK_CONN = '{"conn_type": "spark", "host": "local[*]"}'
 
 
@@ -104,7 +105,7 @@ class ApplierPlanOperator(ApplierTaskMixin, BaseOperator, SkipMixin):
         self.skip(ti=context["ti"], tasks=[t for t in self.get_flat_relatives(upstream=False) if not t.is_teardown])
 
 
-class ApplierSubmitOperator(ApplierTaskMixin, SparkSubmitOperator):
+class ApplierSubmitOperator(ApplierTaskMixin, SparkSubmitOperator, SkipMixin):
     """Submit ``jobs/apply.py`` for this run through a Spark connection (``spark_default``).
 
     The application arguments are built at run time: the configuration file,
@@ -114,6 +115,10 @@ class ApplierSubmitOperator(ApplierTaskMixin, SparkSubmitOperator):
     the engine's options (``applier.engine.session.JVM_OPTIONS``) unless
     ``conf`` sets their ``extraJavaOptions``: under spark-submit the driver JVM
     is started before the job could set them.
+
+    When the job finds another run applying the configuration (exit code 6,
+    the run lock is held), the task and the rest of the run are skipped, not
+    failed (``builders.submit_outcome``).
 
     Args:
         config_path: the configuration file; None discovers it (see ``ApplierHook``).
@@ -164,9 +169,15 @@ class ApplierSubmitOperator(ApplierTaskMixin, SparkSubmitOperator):
         try:
             super().execute(context)
         except AirflowException as e:
-            code, message = submit_failure(str(e))
-            if code in NOT_RETRIED:
-                raise AirflowFailException(f"{NOT_RETRIED[code]} (exit code {code}): {message}") from e
+            outcome, reason = submit_outcome(str(e))
+            if outcome == "skip":
+                # Another run holds the lock: nothing of this run to validate or report, and nothing to page about.
+                self.log.warning("%s", reason)
+                downstream = [t for t in self.get_flat_relatives(upstream=False) if not t.is_teardown]
+                self.skip(ti=context["ti"], tasks=downstream)
+                raise AirflowSkipException(reason) from e
+            if outcome == "fail":
+                raise AirflowFailException(reason) from e
             raise
 
 
