@@ -1,0 +1,120 @@
+"""Observation of a workload: the backlog's pairs, or a sample of them, measured for the advisor (reads files).
+
+Two passes over the same pairs, one pair in memory at a time: the first
+(:mod:`applier.advise.shapes`) reads the row images for each table's
+expanded row size; the second (:mod:`applier.advise.transactions`) reads the
+rows and transaction events and measures every transaction with those row
+sizes. A sample is the backlog's first pairs, so the transactions in it are
+followed whole as the next cycles will meet them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+
+import pyarrow.parquet as pq
+
+from applier.advise.arithmetic import Layout, row_entry_bytes
+from applier.advise.shapes import TableShape, observe_shapes
+from applier.advise.transactions import TransactionFigures, TransactionTracker
+from applier.config import Config
+from applier.engine.checkpoint import CheckpointStore
+from applier.intermediate.pairs import DAT_COLUMNS, PairRef, list_pairs
+from applier.intermediate.reader import read_trn
+
+
+@dataclass(frozen=True)
+class Observation:
+    """What the advisor measured.
+
+    Attributes:
+        layout: the ER layout the memory figures use.
+        applied_seq: the checkpoint's last applied pair; the backlog follows it.
+        backlog_pairs: complete pairs in the backlog (up to a gap).
+        read: the pairs read (the whole backlog, or its first pairs as a sample).
+        pair_bytes: the size of the pairs read (``.dat`` + ``.trn``).
+        largest_pair_bytes: the largest of them.
+        rows: the rows in them.
+        row_memory: every row's memory by the arithmetic (row header + hash + row size), headers of
+            transactions not included.
+        row_buffered: every row's bytes as the Applier buffers them.
+        tables: per table, its shape (definition, observed maxima, rows).
+        transactions: the transactions' figures.
+    """
+
+    layout: Layout
+    applied_seq: int
+    backlog_pairs: int
+    read: tuple[PairRef, ...] = ()
+    pair_bytes: int = 0
+    largest_pair_bytes: int = 0
+    rows: int = 0
+    row_memory: int = 0
+    row_buffered: int = 0
+    tables: Mapping[str, TableShape] = field(default_factory=dict)
+    transactions: TransactionFigures = field(default_factory=TransactionFigures)
+
+    def entry_bytes(self, table: str) -> int:
+        """What one row of ``table`` takes by the arithmetic: row header + hash + expanded row size."""
+        return row_entry_bytes(self.layout, self.tables[table].row_size)
+
+
+def measure_pairs(refs: Sequence[PairRef], layout: Layout) -> tuple[dict[str, TableShape], TransactionTracker]:
+    """Measure the pairs ``refs`` (in sequence order): the tables' shapes, then every transaction.
+
+    Args:
+        refs: complete, contiguous pairs.
+        layout: the ER layout for the memory figures.
+
+    Returns:
+        The tables' shapes and the tracker that followed the transactions
+        (call :meth:`TransactionTracker.finish` for the figures).
+
+    Raises:
+        IntermediateFileError: a pair breaks the spec.
+    """
+    shapes = observe_shapes(refs)
+    tracker = TransactionTracker(layout, {name: row_entry_bytes(layout, s.row_size) for name, s in shapes.items()})
+    for ref in refs:
+        _, events = read_trn(ref)
+        tracker.add_pair(events, pq.read_table(ref.dat_path, columns=list(DAT_COLUMNS)))
+    return shapes, tracker
+
+
+def observe_backlog(config: Config, layout: Layout, sample_pairs: int | None = None) -> Observation:
+    """Measure the pairs after the checkpoint's ``applied_seq``, or the first ``sample_pairs`` of them.
+
+    Args:
+        config: the configuration (its intermediate and work folders).
+        layout: the ER layout for the memory figures.
+        sample_pairs: read only this many pairs; None reads the whole backlog.
+
+    Returns:
+        The observation; without pairs (no backlog, or no intermediate
+        folder) it holds no tables and no transactions.
+
+    Raises:
+        IntermediateFileError: a pair breaks the spec.
+    """
+    applied = CheckpointStore(config.work_dir).load().applied_seq
+    if not config.intermediate_dir.is_dir():
+        return Observation(layout, applied, 0)
+    backlog = list_pairs(config.intermediate_dir, applied + 1).pairs
+    read = backlog if sample_pairs is None else backlog[:sample_pairs]
+    if not read:
+        return Observation(layout, applied, len(backlog))
+    shapes, tracker = measure_pairs(read, layout)
+    return Observation(
+        layout=layout,
+        applied_seq=applied,
+        backlog_pairs=len(backlog),
+        read=tuple(read),
+        pair_bytes=sum(r.size for r in read),
+        largest_pair_bytes=max(r.size for r in read),
+        rows=sum(s.rows for s in shapes.values()),
+        row_memory=tracker.row_memory,
+        row_buffered=tracker.row_buffered,
+        tables=shapes,
+        transactions=tracker.finish(),
+    )
