@@ -104,6 +104,28 @@ def _build_parser() -> argparse.ArgumentParser:
         metavar="SCHEMA.TABLE",
         help="validate this table (repeatable; default: every table of the checkpoint)",
     )
+
+    advise = _command(
+        commands,
+        "advise",
+        "size the queue memory by Informix ER's arithmetic from the backlog's pairs, with its reasoning, "
+        "and draw the queue-memory chart of the recent cycles",
+    )
+    _add_config_args(advise)
+    advise.add_argument(
+        "--sample-pairs", type=int, metavar="N", help="read only the backlog's first N pairs (default: all of them)"
+    )
+    advise.add_argument(
+        "--layout",
+        type=int,
+        choices=(64, 32),
+        default=64,
+        help="ER layout of the arithmetic: 64 (default; 60-byte row header, 4-byte hash, 292-byte transaction "
+        "header) or 32 (52, 4, 258)",
+    )
+    advise.add_argument(
+        "--chart-cycles", type=int, default=200, metavar="N", help="cycles the chart draws, the latest (default 200)"
+    )
     return parser
 
 
@@ -120,6 +142,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "runs": commands.runs,
         "status": commands.status,
         "validate": commands.validate,
+        "advise": commands.advise,
     }
     try:
         return handlers[args.command](args)

@@ -120,14 +120,14 @@ def run(args: argparse.Namespace) -> int:
     summary = run_applier(config, max_cycles=args.max_cycles, run_key=args.run_key)
     cp = summary.checkpoint
     if summary.replay:
-        outcomes = [o for cycle in summary.cycles for o in cycle.tables.values()]
+        outcomes = summary.table_outcomes
         print(
-            f"replayed run {summary.run_key}: {len(summary.cycles)} cycles, {outcomes.count('reapplied')} table "
-            f"changes reapplied, {outcomes.count('verified')} verified; checkpoint unchanged at cycle {cp.cycle_id}"
+            f"replayed run {summary.run_key}: {summary.cycles_recorded} cycles, {outcomes.get('reapplied', 0)} table "
+            f"changes reapplied, {outcomes.get('verified', 0)} verified; checkpoint unchanged at cycle {cp.cycle_id}"
         )
     else:
         print(
-            f"{len(summary.reports)} cycles; applied through pair {cp.applied_seq} "
+            f"{summary.cycles_run} cycles; applied through pair {cp.applied_seq} "
             f"(commit lsn {cp.applied_commit_lsn}), restart at pair {cp.restart_seq}"
         )
     if summary.pruned_pairs:
@@ -221,4 +221,19 @@ def validate(args: argparse.Namespace) -> int:
     print(f"results: {report.json_path}")
     print(f"data docs: {report.data_docs_path}")
     report.raise_for_failure()
+    return 0
+
+
+def advise(args: argparse.Namespace) -> int:
+    """``applier advise``: queue-memory sizing by Informix ER's arithmetic, and the queue-memory chart."""
+    from applier.advise import advise as advise_on
+    from applier.advise.arithmetic import LAYOUTS
+
+    config = load_config(args.config, args.overrides)
+    if args.sample_pairs is not None and args.sample_pairs < 1:
+        raise UsageError(f"--sample-pairs {args.sample_pairs} must be at least 1")
+    if args.chart_cycles < 1:
+        raise UsageError(f"--chart-cycles {args.chart_cycles} must be at least 1")
+    advice = advise_on(config, LAYOUTS[args.layout], args.sample_pairs, args.chart_cycles)
+    print("\n".join(advice.lines))
     return 0
