@@ -6,6 +6,8 @@ It reads, without Spark or Airflow, the checkpoint (cycles, rows per table),
 ``cycles.jsonl`` (transactions), the run ledger (the last run) and the newest
 validation results, and prints where the tables and the Data Docs are.
 :func:`read_summary` does the reading, :func:`summary_lines` the wording.
+:func:`main` also draws the queue-memory chart of the recent cycles
+(``<work_dir>/queue-memory.png``, as ``applier advise`` does) and names it.
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ import argparse
 import json
 import sys
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -40,6 +42,7 @@ class Summary:
         target: where the target tables are.
         last_run: the last ledger record's key, mode, status and cycle count, if any.
         validation: the newest validation's JSON, if any.
+        chart: the queue-memory chart and what it draws, when one was drawn.
     """
 
     configuration_name: str
@@ -51,12 +54,15 @@ class Summary:
     target: str = ""
     last_run: dict[str, Any] | None = None
     validation: dict[str, Any] | None = None
+    chart: str | None = None
 
 
 def _reports(path: Path) -> list[dict[str, Any]]:
     if not path.exists():
         return []
-    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+    text = path.read_text(encoding="utf-8")
+    complete = text[: text.rfind("\n") + 1]  # a last line without its newline is still being written
+    return [json.loads(line) for line in complete.splitlines() if line.strip()]
 
 
 def _newest_validation(folder: Path) -> dict[str, Any] | None:
@@ -109,7 +115,19 @@ def summary_lines(s: Summary) -> list[str]:
         lines.append(f"  results: {v['json_path']}")
         lines.append(f"  Data Docs: {v.get('data_docs_path')}")
     lines.append(f"target: {s.target}")
+    if s.chart is not None:
+        lines.append(f"queue memory chart: {s.chart}")
     return lines
+
+
+def draw_chart(config: Config) -> str | None:
+    """Draw the queue-memory chart of ``config``'s recent cycles; where it is and what it draws, or None."""
+    from applier.advise.chart import write_queue_chart  # deferred: matplotlib only when drawing
+
+    chart = write_queue_chart(config)
+    if chart is None:
+        return None
+    return f"{chart.path} ({chart.cycles} recent cycles, {chart.reported} with queue figures)"
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -118,7 +136,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--set", dest="overrides", action="append", default=[])
     args = parser.parse_args(argv)
     try:
-        summary = read_summary(load_config(args.config, args.overrides))
+        config = load_config(args.config, args.overrides)
+        summary = read_summary(config)
+        summary = replace(summary, chart=draw_chart(config))
     except ApplierError as e:
         print(f"applier: error: {e}", file=sys.stderr)
         return e.exit_code
