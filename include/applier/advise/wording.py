@@ -143,13 +143,14 @@ def _cycle_line(r: Recommendation, config: Config) -> str:
         return f"  apply.process_intermediate_size_per_job: no rows were read to size a cycle by; keep it ({now})"
     room = int(r.queue_memory_mb * MIB) - r.transactions_share
     return (
-        f"  apply.process_intermediate_size_per_job = {_mib(r.cycle_mib)}: the room beside the transactions, "
+        f"  apply.process_intermediate_size_per_job = {_mib(r.cycle_mib)} or less: the largest cycle that does not "
+        f"spool fills the room beside the transactions, "
         f"{_n(room)} bytes / {r.expansion:.2f} / {_n(MIB)}, rounded down to {CYCLE_STEP_MIB:g} MiB, "
         f"at least the largest pair ({now})"
     )
 
 
-def _strategy_lines(r: Recommendation) -> list[str]:
+def _strategy_lines(r: Recommendation, budget: int) -> list[str]:
     s, gib = r.strategy, r.driver_memory / (1024 * MIB)
     lines = [
         f"  the article's strategy for a driver memory of {gib:g} GiB ({_n(r.driver_memory)} bytes): "
@@ -164,6 +165,11 @@ def _strategy_lines(r: Recommendation) -> list[str]:
         )
     else:
         lines.append(f"  the least queue this workload needs ({_n(r.minimum_queue)} bytes) is within that share")
+    if budget > s.source_to_target[1]:
+        lines.append(
+            f"  the configured budget ({_n(budget)} bytes) is {_n(budget - s.source_to_target[1])} bytes above "
+            "the source-to-target share"
+        )
     return lines
 
 
@@ -187,5 +193,5 @@ def recommendation_lines(r: Recommendation, o: Observation, config: Config) -> l
         f"  apply.buffer_size_for_split_records = {r.buffer_size}: the p99 transaction as buffered, "
         f"{_n(t.buffered_p99)} bytes, rounded up to {_n(BUFFER_STEP)} bytes "
         f"(configured {config.apply.buffer_size_for_split_records})",
-        *_strategy_lines(r),
+        *_strategy_lines(r, budget),
     ]
