@@ -201,3 +201,56 @@ def remove_copies(current: pa.Table, removals: pa.Table) -> pa.Table:
     keep = np.ones(current.num_rows, dtype=bool)
     keep[rows[ordinal < wanted[parents]]] = False
     return current.filter(pa.array(keep))
+
+
+def split_keyed(
+    result: pa.Table, schema: pa.Schema, primary_key: tuple[str, ...]
+) -> tuple[pa.Table, pa.Table, dict[str, int]]:
+    """Split a keyed table's net changes (``__net_op`` then its columns) into upserts and deletes.
+
+    Columns are taken by position, so a table column named like the internal
+    ``__net_op`` cannot be mistaken for it.
+
+    Args:
+        result: ``__net_op`` then the table columns, as Spark returned them.
+        schema: the table's Arrow schema (``arrow_schema``).
+        primary_key: the key columns, in key order.
+
+    Returns:
+        ``(upserts, deletes, stats)``: all columns of net ``I``/``U`` rows, key
+        columns of net ``D`` rows (both typed exactly as ``schema``), and the
+        counts of ``I``, ``U`` and ``D``. Every column is nullable (see
+        :func:`~applier.engine.changes.typed`).
+    """
+    net_op = result.column(0)
+    data = pa.Table.from_arrays(result.columns[1:], names=schema.names)
+    is_delete = pc.equal(net_op, "D")
+    upserts = typed(data.filter(pc.invert(is_delete)), schema)
+    key_schema = _key_schema(schema, primary_key)
+    deletes = typed(data.filter(is_delete).select(list(primary_key)), key_schema)
+    stats = {op: int(pc.sum(pc.equal(net_op, op)).as_py() or 0) for op in ("I", "U", "D")}
+    return upserts, deletes, stats
+
+
+def counted_table(result: pa.Table, schema: pa.Schema) -> tuple[pa.Table, dict[str, int]]:
+    """Type a keyless table's net changes (its columns then the signed count) and count copies.
+
+    Args:
+        result: the table columns then ``__count``, as Spark returned them.
+        schema: the table's Arrow schema (``arrow_schema``).
+
+    Returns:
+        ``(counted, stats)``: ``counted`` typed as ``schema`` plus ``__count``
+        int64; ``stats`` with ``I`` the copies to insert, ``D`` the copies to
+        delete and ``U`` 0.
+    """
+    full = schema.append(pa.field(COUNT_COLUMN, pa.int64(), nullable=False))
+    counted = typed(pa.Table.from_arrays(result.columns, names=full.names), full)
+    count = counted.column(COUNT_COLUMN)
+    inserted = pc.sum(pc.if_else(pc.greater(count, 0), count, 0)).as_py() or 0
+    deleted = pc.sum(pc.if_else(pc.less(count, 0), pc.negate(count), 0)).as_py() or 0
+    return counted, {"I": int(inserted), "U": 0, "D": int(deleted)}
+
+
+def _key_schema(schema: pa.Schema, primary_key: tuple[str, ...]) -> pa.Schema:
+    return pa.schema([schema.field(name) for name in primary_key])

@@ -1,21 +1,24 @@
 """Net changes of a cycle's committed rows, per table (engine design, "Row ordering and net changes").
 
 The Spark side (one job for all tables) is :mod:`applier.engine.netting`; this
-module prepares its input (the committed rows) and turns its Arrow result into
-each table's :class:`~applier.engine.changes.TableChanges`.
+module prepares its input (the committed rows) and streams its chunks into a
+:class:`~applier.engine.compiled.CompiledCycle`, from which targets take each
+table's :class:`~applier.engine.changes.TableChanges` when they apply it.
 """
 
 from __future__ import annotations
 
+import tempfile
 from collections.abc import Iterable, Mapping
+from pathlib import Path
 
-import pyarrow as pa
-import pyarrow.compute as pc
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
-from applier.engine.changes import COUNT_COLUMN, TableChanges, arrow_schema, typed
-from applier.engine.netting import COUNT, NET_OP, final_column, net_changes
+from applier.engine.changes import TableChanges
+from applier.engine.compiled import CompiledCycle
+from applier.engine.netting import net_changes, stream_chunks
+from applier.engine.queue import MemoryQueue
 from applier.intermediate.schema import TableDef
 
 DAT_COLUMNS = ("lsn", "xid", "table", "op", "before", "after")
@@ -58,7 +61,10 @@ def compile_cycle(
     tables: Mapping[str, TableDef],
     truncates: Mapping[str, tuple[int, int]],
     touched: Iterable[str],
-) -> dict[str, TableChanges]:
+    into: CompiledCycle | None = None,
+    *,
+    partitions: int | None = None,
+) -> CompiledCycle:
     """Compile a cycle's committed rows into each table's net changes, in one Spark job.
 
     Args:
@@ -66,43 +72,28 @@ def compile_cycle(
         tables: table definitions (the latest of the cycle) by name; must hold every touched table.
         truncates: each truncated table's last truncate position ``(commit_lsn, lsn)``.
         touched: the tables the committed rows change (from the driver's reading).
+        into: where the chunks go (None: an unbounded holder in a temporary folder, for tests).
+        partitions: shuffle partitions of the job (None: the session's setting).
 
     Returns:
-        ``{table: TableChanges}`` for every touched table (empty changes when
-        its rows net to nothing). ``stats`` counts net rows: ``I``/``U``/``D``
-        (for a table without a key, copies inserted and deleted) and ``T`` 1
-        when the table is truncated first.
+        The compiled cycle: every touched table (empty changes when its rows net
+        to nothing), its net row counts (``stats``: ``I``/``U``/``D``, for a
+        table without a key copies inserted and deleted, and ``T`` 1 when the
+        table is truncated first) and its changes, taken table by table.
 
     Raises:
         pyspark.errors.PySparkException: a value in an image does not fit its
             type (the reader checks images first, so this means a broken input).
     """
-    defs = [tables[name] for name in sorted(set(touched) | set(truncates))]
-    if not defs:
-        return {}
-    result = net_changes(rows, defs, truncates).toArrow()
-    names = result.column("table")
-    return {
-        table.name: _table_changes(result.filter(pc.equal(names, table.name)), i, table, table.name in truncates)
-        for i, table in enumerate(defs)
-    }
-
-
-def _table_changes(result: pa.Table, index: int, table: TableDef, truncated: bool) -> TableChanges:
-    """One table's :class:`TableChanges` from its rows of :func:`~applier.engine.netting.net_changes`."""
-    schema = arrow_schema(table)
-    final = result.column(final_column(index)).combine_chunks()
-    columns = final.flatten() if len(final) else [pa.array([], f.type) for f in final.type]
-    counted: pa.Table | None = None
-    if table.primary_key:
-        keyed = pa.Table.from_arrays([result.column(NET_OP).combine_chunks(), *columns], names=[NET_OP, *schema.names])
-        upserts, deletes, stats = split_keyed(keyed, schema, table.primary_key)
-    else:
-        plain = pa.Table.from_arrays([*columns, result.column(COUNT).combine_chunks()], names=[*schema.names, COUNT])
-        counted, stats = counted_table(plain, schema)
-        upserts, deletes = typed(schema.empty_table(), schema), pa.table({})
-    stats["T"] = int(truncated)
-    return TableChanges(table=table, truncate=truncated, upserts=upserts, deletes=deletes, counted=counted, stats=stats)
+    names = sorted(set(touched) | set(truncates))
+    if into is None:
+        spill = Path(tempfile.mkdtemp(prefix="applier-compile-"))
+        into = CompiledCycle({n: tables[n] for n in names}, frozenset(truncates), MemoryQueue(2**62), spill, "compile")
+    if names:
+        job = net_changes(rows, {n: tables[n] for n in names}, truncates, partitions)
+        for name, chunk in stream_chunks(job):
+            into.add(name, chunk)
+    return into
 
 
 def compile_table(rows: DataFrame, table: TableDef) -> TableChanges:
@@ -123,57 +114,8 @@ def compile_table(rows: DataFrame, table: TableDef) -> TableChanges:
     rows = rows.withColumn("table", F.lit(table.name))
     at = last_truncate(rows)
     truncates = {table.name: at} if at is not None else {}
-    return compile_cycle(rows, {table.name: table}, truncates, [table.name])[table.name]
-
-
-def split_keyed(
-    result: pa.Table, schema: pa.Schema, primary_key: tuple[str, ...]
-) -> tuple[pa.Table, pa.Table, dict[str, int]]:
-    """Split the Arrow form of :func:`net_keyed` into upserts and deletes.
-
-    Columns are taken by position, so a table column named like the internal
-    ``__net_op`` cannot be mistaken for it.
-
-    Args:
-        result: ``__net_op`` then the table columns, as Spark returned them.
-        schema: the table's Arrow schema (``arrow_schema``).
-        primary_key: the key columns, in key order.
-
-    Returns:
-        ``(upserts, deletes, stats)``: all columns of net ``I``/``U`` rows, key
-        columns of net ``D`` rows (both typed exactly as ``schema``), and the
-        counts of ``I``, ``U`` and ``D``. Every column is nullable (see
-        :func:`~applier.engine.changes.typed`).
-    """
-    net_op = result.column(0)
-    data = pa.Table.from_arrays(result.columns[1:], names=schema.names)
-    is_delete = pc.equal(net_op, "D")
-    upserts = typed(data.filter(pc.invert(is_delete)), schema)
-    key_schema = _key_schema(schema, primary_key)
-    deletes = typed(data.filter(is_delete).select(list(primary_key)), key_schema)
-    stats = {op: int(pc.sum(pc.equal(net_op, op)).as_py() or 0) for op in ("I", "U", "D")}
-    return upserts, deletes, stats
-
-
-def counted_table(result: pa.Table, schema: pa.Schema) -> tuple[pa.Table, dict[str, int]]:
-    """Type the Arrow form of :func:`counted_rows` and count copies inserted and deleted.
-
-    Args:
-        result: the table columns then ``__count``, as Spark returned them.
-        schema: the table's Arrow schema (``arrow_schema``).
-
-    Returns:
-        ``(counted, stats)``: ``counted`` typed as ``schema`` plus ``__count``
-        int64; ``stats`` with ``I`` the copies to insert, ``D`` the copies to
-        delete and ``U`` 0.
-    """
-    full = schema.append(pa.field(COUNT_COLUMN, pa.int64(), nullable=False))
-    counted = typed(pa.Table.from_arrays(result.columns, names=full.names), full)
-    count = counted.column(COUNT_COLUMN)
-    inserted = pc.sum(pc.if_else(pc.greater(count, 0), count, 0)).as_py() or 0
-    deleted = pc.sum(pc.if_else(pc.less(count, 0), pc.negate(count), 0)).as_py() or 0
-    return counted, {"I": int(inserted), "U": 0, "D": int(deleted)}
-
-
-def _key_schema(schema: pa.Schema, primary_key: tuple[str, ...]) -> pa.Schema:
-    return pa.schema([schema.field(name) for name in primary_key])
+    compiled = compile_cycle(rows, {table.name: table}, truncates, [table.name])
+    try:
+        return compiled[table.name]
+    finally:
+        compiled.close()

@@ -15,6 +15,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from applier.engine.jsonlines import last_lines
+
 log = logging.getLogger("applier")
 
 
@@ -40,6 +42,7 @@ class CycleReport:
     applied_seq: int = 0
     restart_seq: int = 0
     driver_peak_rss_mib: float = 0.0
+    queue: dict[str, Any] = field(default_factory=dict)
 
     @contextmanager
     def phase(self, name: str) -> Iterator[None]:
@@ -72,12 +75,9 @@ def append_report(path: Path, report: CycleReport) -> None:
 
 
 def last_report(path: Path) -> dict[str, Any] | None:
-    """The last cycle's JSON line, if any."""
-    if not path.exists():
-        return None
-    last = None
-    with open(path, encoding="utf-8") as fh:
-        for line in fh:
-            if line.strip():
-                last = line
-    return json.loads(last) if last else None
+    """The last cycle's JSON line, if any: read from the end of the file, whatever its length.
+
+    A last line without its newline (an append a crash cut short) is skipped.
+    """
+    last = last_lines(path, 1)
+    return dict(last[0]) if last else None

@@ -8,41 +8,73 @@ the target applies them in one commit per table tagged with the cycle.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import functools
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
 
 from applier.engine.buffers import BufferedTxn
-from applier.engine.changes import TableChanges
 from applier.engine.compile import committed_rows, compile_cycle
+from applier.engine.compiled import CompiledCycle
+from applier.engine.netting import compile_partitions
 from applier.engine.reading import CycleInput
 from applier.engine.report import CycleReport
+from applier.engine.spill import COMMITTED_PART, SPILL_SUFFIX, append_spill, read_spill
 from applier.engine.touches import last_truncates
 from applier.intermediate.schema import TableDef
 from applier.targets import Target
 
+CompiledFactory = Callable[[Mapping[str, TableDef], frozenset[str]], CompiledCycle]
+"""Makes the holder of a cycle's compiled tables: ``(definitions, truncated tables) -> CompiledCycle``."""
+
+
+
+def holder_file(holder: CompiledFactory) -> Path:
+    """The file of a cycle's committed rows from memory: ``<spill_dir>/<configuration>_--committed.spill``."""
+    settings = holder.keywords if isinstance(holder, functools.partial) else {}
+    spill_dir = Path(settings.get("spill_dir", "."))
+    return spill_dir / f"{settings.get('configuration_name', 'applier')}_{COMMITTED_PART}{SPILL_SUFFIX}"
+
+
 DAT_DDL = "lsn long, xid string, `table` string, op string, before string, after string"
 
 
-def _committed_input(spark: Any, cycle: CycleInput, taken: Mapping[str, BufferedTxn]) -> Any | None:
-    """All rows that may belong to a committed transaction, as one DataFrame (None if none)."""
+def _committed_input(spark: Any, cycle: CycleInput, taken: Mapping[str, BufferedTxn], memory_file: Path) -> Any:
+    """All rows that may belong to a committed transaction, as one DataFrame (None if none).
+
+    Spark reads the cycle's ``.dat`` files, the committed transactions' spill
+    files (streamed on the executors) and ``memory_file``, where the rows of
+    the committed transactions that were still in memory are written first.
+    """
     committed = set(cycle.commits)
     dat_paths = [str(p.dat_path) for p in cycle.pairs if cycle.xids_by_seq.get(p.seq, set()) & committed]
     spill_paths = [str(t.spill_path) for t in taken.values() if t.spill_path is not None]
     memory = [t.memory for t in taken.values() if t.memory is not None and t.memory.num_rows]
-    frames = []
-    if dat_paths or spill_paths:
-        frames.append(spark.read.schema(DAT_DDL).parquet(*dat_paths, *spill_paths))
     if memory:
-        table = pa.concat_tables([m.cast(memory[0].schema) for m in memory])
-        frames.append(spark.createDataFrame(table).selectExpr("lsn", "xid", "`table`", "op", "before", "after"))
+        append_spill(memory_file, [pa.concat_tables(memory).combine_chunks()])
+        spill_paths.append(str(memory_file))
+    frames = []
+    if dat_paths:
+        frames.append(spark.read.schema(DAT_DDL).parquet(*dat_paths))
+    if spill_paths:
+        files = spark.createDataFrame([(p,) for p in spill_paths], "path string")
+        slices = min(len(spill_paths), 2 * spark.sparkContext.defaultParallelism)
+        frames.append(files.repartition(slices).mapInArrow(spill_batches, DAT_DDL))
     if not frames:
         return None
     rows = frames[0]
     for frame in frames[1:]:
         rows = rows.unionByName(frame)
     return rows
+
+
+def spill_batches(paths: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+    """The rows of spill files, batch by batch (a ``mapInArrow`` function over a column of paths)."""
+    for batch in paths:
+        for path in batch.column(0).to_pylist():
+            yield from read_spill(path)
 
 
 def apply_committed(
@@ -54,17 +86,20 @@ def apply_committed(
     tables: Mapping[str, TableDef],
     report: CycleReport,
     position: Mapping[str, int],
+    holder: CompiledFactory,
 ) -> dict[str, tuple[bool, int]]:
     """Compile and apply the cycle's committed transactions.
 
-    One Spark job compiles every table's net changes; the target then applies
-    them its way (:meth:`~applier.targets.Target.apply_cycle`). A failure stops
-    the cycle before its checkpoint, and what the target committed of it is
-    skipped when it is re-run.
+    One Spark job compiles every table's net changes into a compiled cycle held
+    under the queue-memory budget; the target then applies them its way
+    (:meth:`~applier.targets.Target.apply_cycle`), taking one table at a time.
+    A failure stops the cycle before its checkpoint, and what the target
+    committed of it is skipped when it is re-run.
 
     Args:
         position: ``applied_seq``, ``applied_commit_lsn`` and ``restart_seq``
             after the cycle, for targets that keep their checkpoint with the data.
+        holder: makes the compiled cycle's holder (its queue and spill folder).
 
     Returns:
         For each table changed: whether it was truncated, and the change in its
@@ -72,8 +107,9 @@ def apply_committed(
     """
     if not cycle.commits:
         return {}
+    memory_file = holder_file(holder)
     with report.phase("spark"):
-        rows = _committed_input(spark, cycle, taken)
+        rows = _committed_input(spark, cycle, taken, memory_file)
         if rows is None:
             return {}
         commits = spark.createDataFrame(sorted(cycle.commits.items()), "xid string, commit_lsn long")
@@ -82,23 +118,38 @@ def apply_committed(
         truncates = last_truncates(
             cycle.commits, [*cycle.truncates, *((t.xid, at) for t in taken.values() for at in t.truncates)]
         )
-        compiled = compile_cycle(committed_rows(rows, commits), tables, truncates, touched)
-
-    with report.phase("tables"):
-        load = target.apply_cycle(cycle_id, compiled, position)
+        names = sorted(touched | set(truncates))
+        compiled = holder({name: tables[name] for name in names}, frozenset(truncates))
+        input_bytes = cycle.bytes + sum(t.spill_bytes + t.bytes for t in taken.values())
+        partitions = compile_partitions(input_bytes, int(spark.conf.get("spark.sql.shuffle.partitions")))
+        try:
+            compile_cycle(committed_rows(rows, commits), tables, truncates, touched, compiled, partitions=partitions)
+        except BaseException:
+            compiled.close()
+            raise
+    try:
+        with report.phase("tables"):
+            load = target.apply_cycle(cycle_id, compiled, position)
+    finally:
+        compiled.close()
+        memory_file.unlink(missing_ok=True)
+        report.spill_created.extend(compiled.spill_created)
+        report.spill_removed.extend(compiled.spill_removed)
     report.skipped_tables.extend(load.skipped_tables)
     report.table_seconds.update(load.table_seconds)
     report.load_batches = load.batches
     report.spill_created.extend(load.spill_created)
     report.spill_removed.extend(load.spill_removed)
-    return {name: _record(report, name, changes) for name, changes in sorted(compiled.items())}
+    return {name: _record(report, name, compiled) for name in sorted(compiled)}
 
 
-def _record(report: CycleReport, name: str, changes: TableChanges) -> tuple[bool, int]:
+def _record(report: CycleReport, name: str, compiled: CompiledCycle) -> tuple[bool, int]:
     """Put one table's figures in the report; return (truncated, row-count change)."""
-    report.net_rows[name] = {op: n for op, n in changes.stats.items() if n}
-    if changes.truncate:
+    stats = compiled.stats(name)
+    report.net_rows[name] = {op: n for op, n in stats.items() if n}
+    truncated = name in compiled.truncated
+    if truncated:
         report.log_order_segments.append(f"{name}: truncate")
-    if not changes.table.primary_key:
+    if not compiled.tables[name].primary_key:
         report.log_order_segments.append(f"{name}: rows without primary key")
-    return changes.truncate, changes.stats.get("I", 0) - changes.stats.get("D", 0)
+    return truncated, stats.get("I", 0) - stats.get("D", 0)

@@ -8,6 +8,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Protocol
 
 from applier.engine.changes import TableChanges
+from applier.engine.compiled import release
 from applier.targets import CycleLoad
 
 
@@ -31,7 +32,10 @@ def apply_tables(target: PerTableTarget, threads: int, cycle_id: int, changes: M
         started = time.perf_counter()
         skipped = target.committed_cycle(name) >= cycle_id
         if not skipped:
-            target.apply(cycle_id, changes[name])
+            try:
+                target.apply(cycle_id, changes[name])
+            finally:
+                release(changes, name)
         return name, skipped, time.perf_counter() - started
 
     with ThreadPoolExecutor(max_workers=max(1, threads)) as pool:

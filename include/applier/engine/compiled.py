@@ -1,0 +1,182 @@
+"""A compiled cycle: each table's net changes, held under the queue-memory budget until applied.
+
+The compile job's chunks arrive one partition at a time (a table's chunks may
+come from several partitions). Each table's chunks wait in a per-table buffer
+charged to the queue as ``tables``; when the queue is full the largest buffers
+spool to ``<spill_dir>/<configuration_name>_<table id>.spill``
+(:mod:`applier.engine.spill`). A target takes a table's changes with
+``compiled[name]`` when it applies it, which charges them as ``compiled`` until
+it calls :meth:`CompiledCycle.release`: the driver never holds the whole
+compiled cycle at once, only the buffers that fit the budget and the tables
+being applied.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from applier.engine.changes import TableChanges, arrow_schema, counted_table, split_keyed, typed
+from applier.engine.identity import COUNT, NET_OP
+from applier.engine.queue import MemoryQueue
+from applier.engine.spill import SPILL_SUFFIX, append_spill, file_size, read_spill, safe_xid
+from applier.intermediate.schema import TableDef
+
+
+def table_id(name: str) -> str:
+    """A table's name as a file-name part: letters and digits kept, other bytes as ``-XX``."""
+    return safe_xid(name)
+
+
+@dataclass
+class _Buffer:
+    chunks: list[pa.Table] = field(default_factory=list)
+    memory_bytes: int = 0
+    path: Path | None = None
+    stats: dict[str, int] = field(default_factory=lambda: {"I": 0, "U": 0, "D": 0})
+
+
+class CompiledCycle(Mapping[str, TableChanges]):
+    """Every touched table's net changes of one cycle, materialised one table at a time.
+
+    Args:
+        tables: the touched tables' definitions (the latest of the cycle).
+        truncated: the tables the cycle empties first.
+        queue: the queue-memory budget the buffers are charged to.
+        spill_dir: where table buffers spool.
+        configuration_name: prefix of spill file names.
+    """
+
+    def __init__(
+        self,
+        tables: Mapping[str, TableDef],
+        truncated: frozenset[str],
+        queue: MemoryQueue,
+        spill_dir: Path,
+        configuration_name: str,
+    ) -> None:
+        self.tables = dict(tables)
+        self.truncated = truncated
+        self.queue = queue
+        self.spill_dir = Path(spill_dir)
+        self.configuration_name = configuration_name
+        self._buffers = {name: _Buffer() for name in self.tables}
+        self._in_flight: dict[str, int] = {}
+        self._lock = threading.Lock()
+        self.spill_created: list[dict[str, Any]] = []
+        self.spill_removed: list[dict[str, Any]] = []
+        queue.register(self)
+
+    # ------------------------------------------------------------------ filling
+
+    def add(self, name: str, chunk: pa.Table) -> None:
+        """Hold one chunk of ``name``'s net changes (from the compile job), spooling if the queue is full."""
+        buffer = self._buffers[name]
+        if self.tables[name].primary_key:
+            ops = chunk.column(NET_OP)
+            for op in ("I", "U", "D"):
+                buffer.stats[op] += int(pc.sum(pc.equal(ops, op)).as_py() or 0)
+        else:
+            count = chunk.column(COUNT)
+            buffer.stats["I"] += int(pc.sum(pc.if_else(pc.greater(count, 0), count, 0)).as_py() or 0)
+            buffer.stats["D"] += int(pc.sum(pc.if_else(pc.less(count, 0), pc.negate(count), 0)).as_py() or 0)
+        buffer.chunks.append(chunk)
+        buffer.memory_bytes += chunk.nbytes
+        self.queue.charge("tables", chunk.nbytes)
+        self.queue.make_room()
+
+    def spool_candidates(self) -> Iterator[tuple[int, str]]:
+        return ((b.memory_bytes, name) for name, b in self._buffers.items() if b.memory_bytes)
+
+    def spool(self, name: str) -> None:
+        """Append ``name``'s chunks in memory to its spill file and free them."""
+        buffer = self._buffers[name]
+        if not buffer.chunks:
+            return
+        created = buffer.path is None
+        if buffer.path is None:
+            buffer.path = self.spill_dir / f"{self.configuration_name}_{table_id(name)}{SPILL_SUFFIX}"
+        append_spill(buffer.path, buffer.chunks)
+        if created:
+            self.spill_created.append({"file": buffer.path.name, "bytes": file_size(buffer.path)})
+        self.queue.release("tables", buffer.memory_bytes)
+        self.queue.note_spooled("tables", name, buffer.path.name, buffer.memory_bytes)
+        buffer.chunks, buffer.memory_bytes = [], 0
+
+    # ------------------------------------------------------------------ taking
+
+    def __getitem__(self, name: str) -> TableChanges:
+        """``name``'s net changes, read back from its spill file if it spooled; charged until :meth:`release`."""
+        buffer = self._buffers[name]
+        table = self.tables[name]
+        parts: list[pa.Table] = []
+        if buffer.path is not None:
+            parts.extend(pa.Table.from_batches([b]) for b in read_spill(buffer.path))
+        parts.extend(buffer.chunks)
+        changes = to_table_changes(table, name in self.truncated, parts)
+        size = changes.upserts.nbytes + changes.deletes.nbytes + (changes.counted.nbytes if changes.counted else 0)
+        with self._lock:
+            self._in_flight[name] = self._in_flight.get(name, 0) + size
+        self.queue.charge("compiled", size)
+        return changes
+
+    def release(self, name: str) -> None:
+        """The target is done with ``name``'s changes: they no longer count, nor do its buffered chunks."""
+        with self._lock:
+            size = self._in_flight.pop(name, 0)
+        self.queue.release("compiled", size)
+        buffer = self._buffers[name]
+        self.queue.release("tables", buffer.memory_bytes)
+        buffer.chunks, buffer.memory_bytes = [], 0
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._buffers)
+
+    def __len__(self) -> int:
+        return len(self._buffers)
+
+    def stats(self, name: str) -> dict[str, int]:
+        """``{"I", "U", "D", "T"}`` net rows of ``name`` (for a keyless table, copies inserted and deleted)."""
+        return {**self._buffers[name].stats, "T": int(name in self.truncated)}
+
+    def close(self) -> None:
+        """Free every buffer and delete the spill files (after the cycle committed, or failed)."""
+        for name in list(self._buffers):
+            self.release(name)
+            path = self._buffers[name].path
+            if path is not None:
+                size = file_size(path)
+                path.unlink(missing_ok=True)
+                self.spill_removed.append({"file": path.name, "bytes": size})
+                self._buffers[name].path = None
+        self.queue.unregister(self)
+
+
+def release(changes: Mapping[str, TableChanges], name: str) -> None:
+    """Tell a compiled cycle that ``name`` was applied (plain mappings, as in tests, need nothing)."""
+    if isinstance(changes, CompiledCycle):
+        changes.release(name)
+
+
+def to_table_changes(table: TableDef, truncated: bool, parts: list[pa.Table]) -> TableChanges:
+    """A table's :class:`TableChanges` from its chunks of net changes (``final_table``'s layout)."""
+    schema = arrow_schema(table)
+    if table.primary_key:
+        layout = pa.schema([pa.field(NET_OP, pa.string()), *(f.with_nullable(True) for f in schema)])
+    else:
+        layout = pa.schema([*(f.with_nullable(True) for f in schema), pa.field(COUNT, pa.int64())])
+    result = pa.concat_tables([p.cast(layout) for p in parts]) if parts else layout.empty_table()
+    counted: pa.Table | None = None
+    if table.primary_key:
+        upserts, deletes, stats = split_keyed(result, schema, table.primary_key)
+    else:
+        counted, stats = counted_table(result, schema)
+        upserts, deletes = typed(schema.empty_table(), schema), pa.table({})
+    stats["T"] = int(truncated)
+    return TableChanges(table=table, truncate=truncated, upserts=upserts, deletes=deletes, counted=counted, stats=stats)

@@ -1,0 +1,154 @@
+"""The compile job's Python steps on Arrow batches, without Spark: identities, events, typed final rows."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import math
+from decimal import Decimal
+from typing import Any
+
+import pyarrow as pa
+import pytest
+
+from applier.engine.identity import (
+    COUNT,
+    NET_OP,
+    chunk_batches,
+    event_batch,
+    final_table,
+    rules_of,
+)
+from applier.intermediate.schema import Column, TableDef
+
+KEYED = TableDef(
+    "s.keyed",
+    (Column("id", "bigint", False), Column("price", "decimal(6,2)", True), Column("note", "string", True)),
+    ("id",),
+)
+BY_VALUE = TableDef("s.bag", (Column("x", "double", True), Column("at", "timestamp", True)), ())
+COMPOSITE = TableDef("s.comp", (Column("a", "decimal(4,1)", False), Column("b", "binary", False)), ("a", "b"))
+TABLES = {t.name: t for t in (KEYED, BY_VALUE, COMPOSITE)}
+
+
+def rows(*changes: tuple[str, str, dict[str, Any] | None, dict[str, Any] | None, int, int]) -> pa.RecordBatch:
+    """Committed rows: ``(table, op, before, after, commit_lsn, lsn)``."""
+    return pa.RecordBatch.from_pydict(
+        {
+            "table": [c[0] for c in changes],
+            "op": [c[1] for c in changes],
+            "before": [None if c[2] is None else json.dumps(c[2]) for c in changes],
+            "after": [None if c[3] is None else json.dumps(c[3]) for c in changes],
+            "commit_lsn": pa.array([c[4] for c in changes], pa.int64()),
+            "lsn": pa.array([c[5] for c in changes], pa.int64()),
+        }
+    )
+
+
+def test_keys_are_equal_exactly_for_equal_typed_values() -> None:
+    keyed, comp, bag = rules_of(KEYED), rules_of(COMPOSITE), rules_of(BY_VALUE)
+    assert keyed.key('{"id": 7, "note": "x"}') == keyed.key('{"note": "y", "id": 7}') == b"[7]"
+    assert keyed.key('{"id": 7}') != keyed.key('{"id": 8}')
+    assert comp.key('{"a": "1.5", "b": "AAE="}') == comp.key('{"a": "1.50", "b": "AAE="}')
+    assert comp.key('{"a": "-0.0", "b": "AA=="}') == comp.key('{"a": "0", "b": "AA=="}')
+    assert comp.key('{"a": "1.5", "b": "AAE="}') != comp.key('{"a": "1.5", "b": "AAI="}')
+    same_instant = ('{"x": 1, "at": "2026-01-01T00:00:00Z"}', '{"x": 1.0, "at": "2026-01-01T00:00:00.000000Z"}')
+    assert bag.key(same_instant[0]) == bag.key(same_instant[1])
+    assert bag.key('{"x": "NaN", "at": null}') == bag.key('{"x": "NaN", "at": null}')
+    assert bag.key('{"x": -0.0, "at": null}') == bag.key('{"x": 0.0, "at": null}')
+    assert bag.key('{"x": "Infinity", "at": null}') != bag.key('{"x": "-Infinity", "at": null}')
+    assert bag.key('{"x": null, "at": null}') != bag.key('{"x": 0, "at": null}')
+
+
+def test_events_of_each_operation() -> None:
+    batch = rows(
+        ("s.keyed", "I", None, {"id": 1, "price": "1.00", "note": None}, 10, 1),
+        ("s.keyed", "U", {"id": 1}, {"id": 1, "price": "2.00", "note": "a"}, 10, 2),
+        ("s.keyed", "U", {"id": 1}, {"id": 2, "price": "2.00", "note": "a"}, 10, 3),
+        ("s.keyed", "D", {"id": 2}, None, 10, 4),
+        ("s.bag", "U", {"x": 1, "at": None}, {"x": 1, "at": None}, 10, 5),
+        ("s.keyed", "T", None, None, 10, 6),
+    )
+    events = event_batch(batch, TABLES, {}).to_pylist()
+    summary = [(e["key"], e["present"], e["existed"], e["n"], e["lsn"]) for e in events]
+    assert summary == [
+        (b"[1]", True, False, 1, 1),
+        (b"[1]", True, True, 1, 2),
+        (b"[1]", False, True, -1, 3),  # a key move: the old key goes...
+        (b"[2]", True, False, 1, 3),  # ...and the new one comes
+        (b"[2]", False, True, -1, 4),
+        (b'[1.0,null]', False, True, -1, 5),  # a keyless update always removes one copy...
+        (b'[1.0,null]', True, False, 1, 5),  # ...and adds one, even of the same value
+    ]
+    assert events[1]["image"] == json.dumps({"id": 1, "price": "2.00", "note": "a"})
+
+
+def test_rows_at_or_before_the_last_truncate_give_no_events() -> None:
+    batch = rows(
+        ("s.keyed", "I", None, {"id": 1, "price": None, "note": None}, 10, 1),
+        ("s.keyed", "I", None, {"id": 2, "price": None, "note": None}, 20, 11),
+        ("s.keyed", "I", None, {"id": 3, "price": None, "note": None}, 20, 13),
+        ("s.bag", "I", None, {"x": 1, "at": None}, 10, 2),
+    )
+    events = event_batch(batch, TABLES, {"s.keyed": (20, 12)}).to_pylist()
+    assert [(e["table"], e["key"]) for e in events] == [("s.keyed", b"[3]"), ("s.bag", b"[1.0,null]")]
+
+
+def _aggregated(*identities: tuple[bool, bool, dict[str, Any] | None, int]) -> pa.Table:
+    return pa.table(
+        {
+            "existed": [i[0] for i in identities],
+            "present": [i[1] for i in identities],
+            "image": [None if i[2] is None else json.dumps(i[2]) for i in identities],
+            "n": pa.array([i[3] for i in identities], pa.int64()),
+        }
+    )
+
+
+def test_final_rows_of_a_keyed_table_are_typed_net_operations() -> None:
+    aggregated = _aggregated(
+        (False, True, {"id": 1, "price": "1.5", "note": "new"}, 1),
+        (True, True, {"id": 2, "price": "-0.25", "note": None}, 1),
+        (True, False, {"id": 3}, -1),
+        (False, False, {"id": 4}, 0),  # inserted and deleted within the cycle: nothing
+    )
+    final = final_table(rules_of(KEYED), False, aggregated)
+    assert final.column_names == [NET_OP, "id", "price", "note"]
+    assert final.schema.field("price").type == pa.decimal128(6, 2)
+    assert final.to_pylist() == [
+        {NET_OP: "I", "id": 1, "price": Decimal("1.50"), "note": "new"},
+        {NET_OP: "U", "id": 2, "price": Decimal("-0.25"), "note": None},
+        {NET_OP: "D", "id": 3, "price": None, "note": None},
+    ]
+    after_truncate = final_table(rules_of(KEYED), True, aggregated)
+    assert after_truncate.column(NET_OP).to_pylist() == ["I", "I"]  # nothing existed before the truncate
+
+
+def test_final_rows_of_a_keyless_table_are_signed_copy_counts() -> None:
+    aggregated = _aggregated(
+        (True, True, {"x": "NaN", "at": "2026-01-02T03:04:05.123456Z"}, 2),
+        (True, False, {"x": -1.5, "at": None}, -1),
+        (True, True, {"x": 3, "at": None}, 0),
+    )
+    final = final_table(rules_of(BY_VALUE), False, aggregated)
+    assert final.column_names == ["x", "at", COUNT]
+    values = final.to_pylist()
+    assert math.isnan(values[0]["x"]) and values[0][COUNT] == 2
+    assert values[0]["at"] == dt.datetime(2026, 1, 2, 3, 4, 5, 123456, tzinfo=dt.UTC)
+    assert values[1:] == [{"x": -1.5, "at": None, COUNT: -1}]
+
+
+def test_chunks_hold_one_table_each_in_at_most_the_chunk_size(monkeypatch: pytest.MonkeyPatch) -> None:
+    import applier.engine.identity as identity
+
+    monkeypatch.setattr(identity, "CHUNK_ROWS", 2)
+    keyed = [{"table": "s.keyed", "existed": False, "present": True, "image": json.dumps({"id": i}), "n": 1}
+             for i in range(5)]
+    bag = [{"table": "s.bag", "existed": True, "present": True, "image": json.dumps({"x": 1, "at": None}), "n": 1}]
+    schema = pa.schema([("table", pa.string()), ("existed", pa.bool_()), ("present", pa.bool_()),
+                        ("image", pa.string()), ("n", pa.int64())])
+    batches = [pa.RecordBatch.from_pylist(keyed[:3], schema), pa.RecordBatch.from_pylist(keyed[3:] + bag, schema)]
+    chunks = [c.to_pylist()[0] for c in chunk_batches(TABLES, frozenset(), batches)]
+    assert [(c["table"], c["rows"]) for c in chunks] == [("s.keyed", 3), ("s.keyed", 2), ("s.bag", 1)]
+    first = pa.ipc.open_stream(pa.py_buffer(chunks[0]["chunk"])).read_all()
+    assert first.column("id").to_pylist() == [0, 1, 2]
