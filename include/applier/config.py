@@ -221,7 +221,8 @@ _KEYS: dict[str, tuple[Callable[[str, Any], Any], Any]] = {
     "spark.master": (_text, "local[*]"),
 }
 _PATH_KEYS = ("intermediate_dir", "output_dir", "target.path")
-_OPTIONAL_KEYS = ("apply.intermediate_retention_hours", "apply.queue_memory_mb")  # None is their default, not "required"
+# None is their default, not "required".
+_OPTIONAL_KEYS = ("apply.intermediate_retention_hours", "apply.queue_memory_mb")
 KNOWN_KEYS = (*_KEYS, f"{_SPARK_CONF}.<spark property>", f"{_SCHEMA_MAP}.<source schema>")
 
 

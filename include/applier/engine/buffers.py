@@ -1,82 +1,47 @@
-"""Buffers of open transactions that spill to disk (the engine's "Buffers and spill files").
+"""Buffers of open transactions, under the queue-memory budget, spooling to disk (engine design, "Buffers").
 
-Rows of transactions not yet committed in a cycle wait here, grouped per
-``xid``. Each transaction's rows are held in memory until its buffered bytes
-exceed ``buffer_size``; then they are flushed as one Parquet row group to
-``<spill_dir>/<configuration_name>_<safe xid>.spill`` and every later batch of
-the transaction goes the same way once it exceeds ``buffer_size`` again. The
-spill file's ``ParquetWriter`` stays open while the transaction is open, so a
-transaction costs at most ``buffer_size`` bytes of memory (plus the batch being
-added), however large it grows.
+Rows of transactions not yet committed in a cycle wait here, per ``xid``. A
+batch of rows (a pair's rows of the transactions still open) is stored as one
+*segment*: one Arrow table sorted by ``(xid, lsn)``, of which each transaction
+owns a slice. A buffered row thus costs what its data weighs plus a share of
+one table, whether it belongs to one large transaction or to thousands of
+small ones (the earlier design kept one small Arrow table per transaction and
+batch, about 7 KB a row). When transactions leave a segment (committed,
+rolled back or spooled) and less than half its rows are still owned, the
+segment is compacted: the owned slices are copied into a smaller one.
 
-At commit, :meth:`TransactionBuffers.take` flushes the remainder and closes the
-file, which Spark (or pyarrow) can then read; :meth:`TransactionBuffers.release`
-deletes it after the target commit. A rollback (:meth:`TransactionBuffers.discard`)
-deletes it at once.
+A transaction spools, as Informix ER's receive queue does, once its bytes in
+memory exceed half the queue memory or ``buffer_size``
+(``apply.buffer_size_for_split_records``); and when the queue is full the
+largest buffers spool first (:class:`~applier.engine.queue.MemoryQueue`).
+Spooled rows are appended to ``<spill_dir>/<configuration_name>_<safe
+xid>.spill`` (:mod:`applier.engine.spill`), and read back as a stream by Spark
+at apply time, never loaded whole.
 
-Bytes are the rows' logical size: 8 for ``lsn`` plus the UTF-8 length of each
-string column (null counts 0). Arrow's overhead (offsets and validity bitmaps,
-about 21 bytes a row) is not counted, so the figure is exact and reproducible.
+Bytes of a transaction are the rows' logical size: 8 for ``lsn`` plus the
+UTF-8 length of each string column (null counts 0), exact and reproducible.
+The queue is charged with what the segments really hold in Arrow buffers.
 """
 
 from __future__ import annotations
 
-import hashlib
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import NamedTuple
 
 import pyarrow as pa
 import pyarrow.compute as pc
-import pyarrow.parquet as pq
 
+from applier.engine.queue import MemoryQueue
+from applier.engine.spill import SPILL_SUFFIX, SpillEvent, append_spill, file_size, safe_xid
 from applier.engine.touches import Truncate, table_touches, truncate_rows
 from applier.intermediate.writer import DAT_SCHEMA
 
-SPILL_SUFFIX = ".spill"
+__all__ = ["SPILL_SUFFIX", "BufferedTxn", "OpenTxn", "SpillEvent", "TransactionBuffers", "row_bytes", "safe_xid"]
+
 _STRING_COLUMNS = ("xid", "table", "op", "before", "after")
 _LSN_BYTES = 8
-_MAX_CHUNKS = 64
-# Longer encodings are replaced by a hash so that a file name stays far below 255 bytes.
-_MAX_SAFE_LENGTH = 120
-# "--" never occurs in an escaped name ("-" is always followed by two hex digits),
-# so hashed names cannot collide with escaped ones.
-_HASHED_PREFIX = "--"
-
-
-def safe_xid(xid: str) -> str:
-    """Encode an xid for a file name, so that no two xids share one name.
-
-    Letters and digits are kept; every other UTF-8 byte (``_`` and ``-``
-    included) becomes ``-XX`` in upper-case hex. The result holds no ``_``, so
-    ``<configuration_name>_<safe xid>`` splits unambiguously at its last ``_``
-    even though configuration names may contain ``_``. An encoding longer than
-    120 characters is replaced by ``--`` and the SHA-256 hex of the xid.
-
-    Args:
-        xid: the source transaction id, any string.
-
-    Returns:
-        A name part made of ``[A-Za-z0-9-]`` only (empty for an empty xid).
-    """
-    parts: list[str] = []
-    for char in xid:
-        if char.isascii() and char.isalnum():
-            parts.append(char)
-        else:
-            parts.extend(f"-{byte:02X}" for byte in char.encode("utf-8", "surrogatepass"))
-    encoded = "".join(parts)
-    if len(encoded) > _MAX_SAFE_LENGTH:
-        return _HASHED_PREFIX + hashlib.sha256(xid.encode("utf-8", "surrogatepass")).hexdigest()
-    return encoded
-
-
-class SpillEvent(NamedTuple):
-    """A spill file was created or removed; ``bytes`` is its size on disk at that moment."""
-
-    kind: str  # "created" | "removed"
-    name: str
-    bytes: int
+_UNLIMITED = 2**62
 
 
 @dataclass(frozen=True)
@@ -102,10 +67,11 @@ class BufferedTxn:
     """The rows of a committed transaction, handed to the engine by :meth:`TransactionBuffers.take`.
 
     Exactly one of ``memory`` and ``spill_path`` is set: a transaction that
-    never spilled comes back as an Arrow table; one that spilled comes back as
-    a closed Parquet file holding all its rows (the remainder is flushed on take).
-    Rows are in ``lsn`` order with the ``.dat`` columns. ``tables`` are the
-    tables its rows change and ``truncates`` its ``T`` rows as ``(table, lsn)``.
+    never spooled comes back as an Arrow table (slices of the segments, no
+    copy); one that spooled comes back as its spill file holding all its rows
+    (the remainder is appended on take). Rows are in ``lsn`` order with the
+    ``.dat`` columns. ``tables`` are the tables its rows change and
+    ``truncates`` its ``T`` rows as ``(table, lsn)``.
     """
 
     xid: str
@@ -119,25 +85,24 @@ class BufferedTxn:
     truncates: tuple[Truncate, ...] = ()
 
 
+@dataclass(eq=False)
+class _Segment:
+    rows: pa.Table
+    owners: dict[str, tuple[int, int]] = field(default_factory=dict)  # xid -> (offset, length)
+    live: int = 0
+
+
 @dataclass
 class _Txn:
     xid: str
     first_seen: int | None = None
     rows: int = 0
     bytes: int = 0
-    chunks: list[pa.Table] = field(default_factory=list)
     memory_bytes: int = 0
+    segments: list[_Segment] = field(default_factory=list)
     path: Path | None = None
-    writer: pq.ParquetWriter | None = None
     tables: set[str] = field(default_factory=set)
     truncates: list[Truncate] = field(default_factory=list)
-
-
-def _file_size(path: Path) -> int:
-    try:
-        return path.stat().st_size
-    except FileNotFoundError:
-        return 0
 
 
 def _normalised(rows: pa.Table) -> pa.Table:
@@ -158,30 +123,23 @@ def row_bytes(rows: pa.Table) -> pa.Array:
     return pc.cast(total, pa.int64())
 
 
-def _groups(rows: pa.Table) -> list[tuple[str, pa.Array, int]]:
-    """Split ``rows`` per xid: (xid, row indices in lsn order, bytes), vectorised.
-
-    One sort by (xid, lsn) and a run-end encoding of the sorted xids give
-    the group boundaries; only the loop over distinct xids runs in Python.
-    """
+def _sorted_runs(rows: pa.Table) -> tuple[pa.Table, list[tuple[str, int, int, int]]]:
+    """``rows`` sorted by (xid, lsn) in one contiguous table, and its runs ``(xid, offset, length, bytes)``."""
     order = pc.sort_indices(rows, sort_keys=[("xid", "ascending"), ("lsn", "ascending")])
-    sorted_xids = pc.take(rows.column("xid"), order)
-    if isinstance(sorted_xids, pa.ChunkedArray):
-        sorted_xids = sorted_xids.combine_chunks()
-    runs = pc.run_end_encode(sorted_xids, run_end_type=pa.int64())
+    ordered = rows.take(order).combine_chunks()
+    runs = pc.run_end_encode(ordered.column("xid").chunk(0), run_end_type=pa.int64())
     ends: list[int] = runs.run_ends.to_pylist()
-    cumulative = pc.cumulative_sum(pc.take(row_bytes(rows), order))
+    cumulative = pc.cumulative_sum(row_bytes(ordered))
     totals: list[int] = pc.take(cumulative, pc.subtract(runs.run_ends, 1)).to_pylist()
-    groups: list[tuple[str, pa.Array, int]] = []
-    start, counted = 0, 0
+    out, start, counted = [], 0, 0
     for xid, end, total in zip(runs.values.to_pylist(), ends, totals, strict=True):
-        groups.append((xid, order.slice(start, end - start), total - counted))
+        out.append((xid, start, end - start, total - counted))
         start, counted = end, total
-    return groups
+    return ordered, out
 
 
 class TransactionBuffers:
-    """Rows of open transactions, per xid, in memory up to ``buffer_size`` and spilled beyond.
+    """Rows of open transactions, per xid, in memory under the queue budget and spooled beyond.
 
     Not thread-safe: one engine (the driver) owns it. Usable as a context
     manager; leaving it closes and deletes every spill file it made.
@@ -189,26 +147,31 @@ class TransactionBuffers:
     Args:
         spill_dir: the directory of spill files (created on the first spill).
         configuration_name: prefix of every spill file name.
-        buffer_size: bytes one transaction may hold in memory before it spills.
+        buffer_size: bytes one transaction may hold in memory before it spools.
+        queue: the queue-memory budget (None: unlimited, the buffer size alone applies).
 
     Raises:
         ValueError: ``buffer_size`` is below 1.
     """
 
-    def __init__(self, spill_dir: Path, configuration_name: str, buffer_size: int) -> None:
+    def __init__(
+        self, spill_dir: Path, configuration_name: str, buffer_size: int, queue: MemoryQueue | None = None
+    ) -> None:
         if buffer_size < 1:
             raise ValueError(f"buffer_size must be at least 1 byte, got {buffer_size}")
         self._spill_dir = Path(spill_dir)
         self._configuration_name = configuration_name
-        self._buffer_size = buffer_size
+        self._queue = queue if queue is not None else MemoryQueue(_UNLIMITED)
+        self._limit = min(buffer_size, self._queue.budget // 2)
         self._open: dict[str, _Txn] = {}
         self._taken: dict[str, Path] = {}
         self._events: list[SpillEvent] = []
         self._memory_bytes = 0
+        self._queue.register(self)
 
     @property
     def memory_bytes(self) -> int:
-        """Bytes of rows held in memory across all open transactions."""
+        """Bytes of rows held in memory across all open transactions (their logical size)."""
         return self._memory_bytes
 
     @property
@@ -217,11 +180,7 @@ class TransactionBuffers:
         return list(self._events)
 
     def drain_spill_events(self) -> list[SpillEvent]:
-        """Return the spill events recorded so far and forget them (one cycle's report).
-
-        Returns:
-            The events, oldest first.
-        """
+        """Return the spill events recorded so far and forget them (one cycle's report)."""
         events, self._events = self._events, []
         return events
 
@@ -244,39 +203,40 @@ class TransactionBuffers:
         """
         if rows.num_rows == 0:
             return
-        rows = _normalised(rows)
-        groups = _groups(rows)
-        late = [xid for xid, _, _ in groups if xid in self._taken]
+        ordered, runs = _sorted_runs(_normalised(rows))
+        late = [xid for xid, *_ in runs if xid in self._taken]
         if late:
             raise ValueError(f"rows for transaction(s) {late} arrive after they were taken (committed)")
-        for xid, indices, nbytes in groups:
+        segment = _Segment(ordered, live=ordered.num_rows)
+        self._queue.charge("transactions", ordered.nbytes)
+        grown: list[_Txn] = []
+        for xid, offset, length, nbytes in runs:
             txn = self._open.get(xid)
             if txn is None:
                 txn = self._open[xid] = _Txn(xid)
             if seq is not None and (txn.first_seen is None or seq < txn.first_seen):
                 txn.first_seen = seq
-            # take() copies the group's rows, so no slice keeps the whole batch alive.
-            txn.chunks.append(rows.take(indices))
-            if len(txn.chunks) > _MAX_CHUNKS:
-                # Many tiny tables cost far more than their bytes; keep one contiguous copy.
-                txn.chunks = [pa.concat_tables(txn.chunks).combine_chunks()]
-            txn.rows += len(indices)
+            segment.owners[xid] = (offset, length)
+            txn.segments.append(segment)
+            txn.rows += length
             txn.bytes += nbytes
             txn.memory_bytes += nbytes
             self._memory_bytes += nbytes
-            if txn.memory_bytes > self._buffer_size:
-                self._flush(txn)
+            grown.append(txn)
         for xid, table in table_touches(rows):
             self._open[xid].tables.add(table)
         for xid, truncate in truncate_rows(rows):
             self._open[xid].truncates.append(truncate)
+        for txn in grown:
+            if txn.memory_bytes > self._limit:
+                self._spool(txn)
+        self._queue.make_room()
 
     def take(self, xid: str) -> BufferedTxn | None:
         """Hand over the rows of a transaction that committed.
 
-        A spilled transaction has its remaining rows flushed and its file
-        closed; the file stays on disk until :meth:`release`. Nothing is read
-        back into memory.
+        A spooled transaction has its remaining rows appended to its file; the
+        file stays on disk until :meth:`release`. Nothing is read back into memory.
 
         Args:
             xid: the committed transaction.
@@ -289,14 +249,13 @@ class TransactionBuffers:
             return None
         memory: pa.Table | None = None
         spill_bytes = 0
-        if txn.writer is not None and txn.path is not None:
-            self._flush(txn)
-            txn.writer.close()
-            spill_bytes = _file_size(txn.path)
+        if txn.path is not None:
+            self._spool(txn)
+            spill_bytes = file_size(txn.path)
             self._taken[xid] = txn.path
         else:
-            memory = pa.concat_tables(txn.chunks)
-            self._memory_bytes -= txn.memory_bytes
+            memory = self._memory_rows(txn)
+            self._detach(txn)
         return BufferedTxn(
             *(xid, txn.rows, txn.bytes, txn.first_seen, memory, txn.path, spill_bytes),
             tables=frozenset(txn.tables),
@@ -305,9 +264,6 @@ class TransactionBuffers:
 
     def release(self, xid: str) -> None:
         """Delete the spill file of a taken transaction once the target committed it (idempotent).
-
-        Args:
-            xid: a transaction returned by :meth:`take`.
 
         Raises:
             ValueError: ``xid`` is still open (use :meth:`discard` for a rollback).
@@ -319,28 +275,18 @@ class TransactionBuffers:
             self._remove(path)
 
     def discard(self, xid: str) -> None:
-        """Drop a rolled-back transaction: its memory rows and its spill file (idempotent).
-
-        Args:
-            xid: the rolled-back transaction.
-        """
+        """Drop a rolled-back transaction: its memory rows and its spill file (idempotent)."""
         txn = self._open.pop(xid, None)
         if txn is not None:
-            self._memory_bytes -= txn.memory_bytes
-            txn.chunks.clear()
-            if txn.writer is not None and txn.path is not None:
-                txn.writer.close()
+            self._detach(txn)
+            if txn.path is not None:
                 self._remove(txn.path)
         path = self._taken.pop(xid, None)
         if path is not None:
             self._remove(path)
 
     def open_transactions(self) -> list[OpenTxn]:
-        """Describe every open transaction, in the order each was first added.
-
-        Returns:
-            One :class:`OpenTxn` per open xid.
-        """
+        """Describe every open transaction, in the order each was first added."""
         return [
             OpenTxn(
                 xid=txn.xid,
@@ -349,7 +295,7 @@ class TransactionBuffers:
                 first_seen=txn.first_seen,
                 spilled=txn.path is not None,
                 spill_path=txn.path,
-                spill_bytes=_file_size(txn.path) if txn.path is not None else 0,
+                spill_bytes=file_size(txn.path) if txn.path is not None else 0,
                 memory_bytes=txn.memory_bytes,
             )
             for txn in self._open.values()
@@ -384,6 +330,7 @@ class TransactionBuffers:
         """
         for xid in list(self._open) + list(self._taken):
             self.discard(xid)
+        self._queue.unregister(self)
 
     def __enter__(self) -> TransactionBuffers:
         return self
@@ -391,23 +338,62 @@ class TransactionBuffers:
     def __exit__(self, *exc_info: object) -> None:
         self.close()
 
-    def _flush(self, txn: _Txn) -> None:
-        """Write the transaction's memory rows as one row group of its spill file, opening it if needed."""
-        if not txn.chunks:
+    # ------------------------------------------------------------------ the queue's side
+
+    def spool_candidates(self) -> Iterator[tuple[int, str]]:
+        """``(bytes in memory, xid)`` of each open transaction holding rows in memory."""
+        return ((t.memory_bytes, t.xid) for t in self._open.values() if t.memory_bytes)
+
+    def spool(self, name: str) -> None:
+        """Spool the open transaction ``name`` (the queue is full)."""
+        self._spool(self._open[name])
+
+    # ------------------------------------------------------------------ internals
+
+    def _memory_rows(self, txn: _Txn) -> pa.Table:
+        pieces = [seg.rows.slice(*seg.owners[txn.xid]) for seg in txn.segments]
+        return pa.concat_tables(pieces) if pieces else DAT_SCHEMA.empty_table()
+
+    def _spool(self, txn: _Txn) -> None:
+        """Append the transaction's rows in memory to its spill file and free them."""
+        if not txn.segments:
             return
-        created = txn.writer is None
-        if txn.writer is None:
-            self._spill_dir.mkdir(parents=True, exist_ok=True)
+        created = txn.path is None
+        if txn.path is None:
             txn.path = self.spill_path(txn.xid)
-            txn.writer = pq.ParquetWriter(txn.path, DAT_SCHEMA)
-        txn.writer.write_table(pa.concat_tables(txn.chunks))
+        moved = txn.memory_bytes
+        append_spill(txn.path, [self._memory_rows(txn)])
+        self._detach(txn)
+        self._queue.note_spooled("transactions", txn.xid, txn.path.name, moved)
+        if created:
+            self._events.append(SpillEvent("created", txn.path.name, file_size(txn.path)))
+
+    def _detach(self, txn: _Txn) -> None:
+        """The transaction no longer owns rows in memory: shrink or drop the segments it left."""
+        for segment in txn.segments:
+            _, length = segment.owners.pop(txn.xid)
+            segment.live -= length
+            if segment.live == 0:
+                self._queue.release("transactions", segment.rows.nbytes)
+                segment.rows = DAT_SCHEMA.empty_table()
+            elif segment.live * 2 < segment.rows.num_rows:
+                self._compact(segment)
+        txn.segments = []
         self._memory_bytes -= txn.memory_bytes
-        txn.chunks = []
         txn.memory_bytes = 0
-        if created and txn.path is not None:
-            self._events.append(SpillEvent("created", txn.path.name, _file_size(txn.path)))
+
+    def _compact(self, segment: _Segment) -> None:
+        """Copy the owned slices of a mostly abandoned segment into a table of their own."""
+        owners = sorted(segment.owners.items(), key=lambda item: item[1][0])
+        compacted = pa.concat_tables([segment.rows.slice(*span) for _, span in owners]).combine_chunks()
+        offset = 0
+        for xid, (_, length) in owners:
+            segment.owners[xid] = (offset, length)
+            offset += length
+        self._queue.release("transactions", segment.rows.nbytes - compacted.nbytes)
+        segment.rows = compacted
 
     def _remove(self, path: Path) -> None:
-        size = _file_size(path)
+        size = file_size(path)
         path.unlink(missing_ok=True)
         self._events.append(SpillEvent("removed", path.name, size))

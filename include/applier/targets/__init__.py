@@ -131,7 +131,5 @@ def open_target(config: Config) -> Target:
             config.configuration_name,
             schema_map=config.target.schema_map,
             threads=config.apply.threads,
-            spill_dir=config.spill_dir,
-            buffer_size=config.apply.buffer_size_for_split_records,
         )
     raise ConfigError("target.type", config.target.type, "use one of: delta, postgres")

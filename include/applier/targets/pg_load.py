@@ -1,4 +1,4 @@
-"""Net changes as staging rows, COPY data, and per-table spill files (pure Arrow apart from file I/O).
+"""Net changes as staging rows and COPY data (pure Arrow).
 
 A table's net changes become one Arrow table in the staging table's column
 order (:func:`~applier.targets.pg_sql.staging_columns`), written to COPY as
@@ -6,37 +6,24 @@ CSV by pyarrow's C++ writer: PostgreSQL's CSV input reads an unquoted empty
 field as null and ``""`` as the empty string, which is what the writer
 produces. ``bytea`` travels as ``\\x`` hex text (PostgreSQL's input form),
 built without a Python loop.
-
-Tables waiting for a load connection keep their staging rows in memory up to
-the buffer size; beyond it they wait in
-``<spill_dir>/<configuration_name>_<table id>.spill`` (Arrow IPC), read back
-batch by batch when their turn comes.
 """
 
 from __future__ import annotations
 
 import io
 from collections.abc import Iterator
-from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.csv as pa_csv
-import pyarrow.ipc as ipc
 
-from applier.engine.buffers import safe_xid
 from applier.engine.changes import TableChanges
 from applier.targets.pg_sql import COUNT, OP, ROW_ID
 
 _HEX = np.array([f"{b:02x}" for b in range(256)], dtype="S2").view(np.uint8).reshape(256, 2)
 _CSV_OPTIONS = pa_csv.WriteOptions(include_header=False)
 _BATCH_ROWS = 65_536
-
-
-def table_id(name: str) -> str:
-    """A table's name as a file-name part: letters and digits kept, other bytes as ``-XX``."""
-    return safe_xid(name)
 
 
 def staging_rows(changes: TableChanges) -> pa.Table:
@@ -101,18 +88,7 @@ def csv_bytes(rows: pa.Table | pa.RecordBatch) -> bytes:
     return out.getvalue()
 
 
-def write_spill(path: Path, rows: pa.Table) -> int:
-    """Write staging rows to a spill file (Arrow IPC stream); returns its size in bytes."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with pa.OSFile(str(path), "wb") as sink, ipc.new_stream(sink, rows.schema) as writer:
-        writer.write_table(rows, max_chunksize=_BATCH_ROWS)
-    return path.stat().st_size
-
-
-def read_batches(source: pa.Table | Path) -> Iterator[pa.RecordBatch]:
-    """Staging rows batch by batch, from memory or from a spill file."""
-    if isinstance(source, Path):
-        with pa.OSFile(str(source), "rb") as file, ipc.open_stream(file) as reader:
-            yield from reader
-    else:
+def read_batches(source: pa.Table | None) -> Iterator[pa.RecordBatch]:
+    """Staging rows batch by batch (nothing once they are in staging)."""
+    if source is not None:
         yield from source.to_batches(max_chunksize=_BATCH_ROWS)

@@ -5,10 +5,10 @@ A cycle reaches PostgreSQL in two steps:
 1. **Load.** Each table's net changes are COPYed into an unlogged staging
    table (``applier_staging.<configuration>_<n>``) on one of ``threads`` load
    connections, in batches of at most ``threads`` tables. Tables waiting for a
-   connection keep their rows in memory up to ``buffer_size`` bytes and beyond
-   it in ``<spill_dir>/<configuration>_<table id>.spill``, removed once the
-   cycle commits. Staging tables are committed as they load, but no target
-   table changes yet.
+   connection wait in the compiled cycle (:mod:`applier.engine.compiled`),
+   under the queue-memory budget, spooled to
+   ``<configuration>_<table id>.spill`` when it is full. Staging tables are
+   committed as they load, but no target table changes yet.
 2. **Apply.** One transaction on the first connection creates or evolves the
    tables, applies every staging table set-wise (truncate; delete; insert or
    update; copies of keyless rows) and writes the checkpoint row
@@ -29,7 +29,6 @@ from collections.abc import Iterable, Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import psycopg
@@ -37,11 +36,12 @@ import pyarrow as pa
 from psycopg import sql
 
 from applier.engine.changes import TableChanges
+from applier.engine.compiled import release
 from applier.errors import TargetError
 from applier.intermediate.schema import TableDef, check_table_name
 from applier.targets import CycleLoad
 from applier.targets import pg_sql as q
-from applier.targets.pg_load import csv_bytes, read_batches, staging_rows, table_id, write_spill
+from applier.targets.pg_load import csv_bytes, read_batches, staging_rows
 from applier.targets.pg_lock import advisory_run_lock
 
 _MAX_IDENTIFIER = 63
@@ -72,7 +72,7 @@ def redacted(url: str) -> str:
 class _Staged:
     table: TableDef
     stage: sql.Identifier
-    source: pa.Table | Path
+    source: pa.Table | None  # the staging rows while they load; None once in staging
     rows: int
     truncate: bool
 
@@ -85,8 +85,6 @@ class PostgresTarget:
         configuration_name: names the checkpoint row, staging tables and spill files.
         schema_map: source schema -> target schema (unmapped schemas keep their name).
         threads: load connections allowed (at least 1).
-        spill_dir: where tables waiting for a connection spill.
-        buffer_size: bytes a waiting table keeps in memory before it spills.
     """
 
     def __init__(
@@ -96,8 +94,6 @@ class PostgresTarget:
         *,
         schema_map: Mapping[str, str] | None = None,
         threads: int = 1,
-        spill_dir: Path,
-        buffer_size: int = 1_048_576,
     ) -> None:
         if threads < 1:
             raise ValueError(f"threads must be at least 1, got {threads}")
@@ -105,8 +101,6 @@ class PostgresTarget:
         self._name = configuration_name
         self._schema_map = dict(schema_map or {})
         self._threads = threads
-        self._spill_dir = Path(spill_dir)
-        self._buffer_size = buffer_size
         self._connections: list[psycopg.Connection[Any]] = []
 
     # ------------------------------------------------------------------ connections
@@ -222,32 +216,40 @@ class PostgresTarget:
         except TargetError:
             self.close()  # a broken transaction or connection: start afresh next time
             raise
-        finally:
-            self._remove_spills(load)
         self._drop_staging()
         return load
 
     def _load(self, changes: Mapping[str, TableChanges], load: CycleLoad) -> list[_Staged]:
-        """COPY every table into its staging table, at most ``threads`` at once; spill the waiting ones."""
+        """COPY every table into its staging table, ``threads`` tables at once, batch by batch.
+
+        Each table's changes are taken (from the compiled cycle, where tables
+        waiting for a connection are held under the queue-memory budget) only
+        when its batch loads, and released once they are in staging.
+        """
         conn = self._connection(0)
         self._drop_staging()
         with self._errors("prepare staging", None), conn.transaction():
             conn.execute(q.create_schema(q.STAGING_SCHEMA))
-        staged = []
-        for n, name in enumerate(sorted(changes)):
-            rows = staging_rows(changes[name])
-            source: pa.Table | Path = rows
-            if n >= self._threads and rows.nbytes > self._buffer_size:
-                path = self._spill_dir / f"{self._name}_{table_id(name)}.spill"
-                load.spill_created.append({"file": path.name, "bytes": write_spill(path, rows)})
-                source = path
-            table = changes[name]
-            staged.append(_Staged(table.table, self._stage_name(n), source, rows.num_rows, table.truncate))
-        batches = [staged[i : i + self._threads] for i in range(0, len(staged), self._threads)]
-        for batch in batches:
-            load.batches.append([s.table.name for s in batch])
+        names = sorted(changes)
+        staged: list[_Staged] = []
+        for start in range(0, len(names), self._threads):
+            batch = names[start : start + self._threads]
+            load.batches.append(batch)
             with ThreadPoolExecutor(max_workers=len(batch)) as pool:
-                list(pool.map(self._copy, range(len(batch)), batch))
+                jobs = [pool.submit(self._stage, i, start + i, name, changes) for i, name in enumerate(batch)]
+                staged.extend(job.result() for job in jobs)
+        return staged
+
+    def _stage(self, connection: int, n: int, name: str, changes: Mapping[str, TableChanges]) -> _Staged:
+        """Load one table's changes into staging table ``n`` on load connection ``connection``."""
+        try:
+            table = changes[name]
+            rows = staging_rows(table)
+            staged = _Staged(table.table, self._stage_name(n), rows, rows.num_rows, table.truncate)
+            self._copy(connection, staged)
+        finally:
+            release(changes, name)
+        staged.source = None
         return staged
 
     def _stage_name(self, n: int) -> sql.Identifier:
@@ -325,18 +327,11 @@ class PostgresTarget:
                 if mine.fullmatch(name):
                     conn.execute(sql.SQL("DROP TABLE IF EXISTS {}").format(sql.Identifier(q.STAGING_SCHEMA, name)))
 
-    def _remove_spills(self, load: CycleLoad) -> None:
-        for created in load.spill_created:
-            path = self._spill_dir / created["file"]
-            size = path.stat().st_size if path.exists() else 0
-            path.unlink(missing_ok=True)
-            load.spill_removed.append({"file": created["file"], "bytes": size})
-
 
 def _failing_key(error: psycopg.Error, staged: _Staged) -> str | None:
     """The key of the staging row a COPY error points at (``line N`` of the COPY), if it can be found."""
     found = _LINE.search(error.diag.context or "")
-    if not found:
+    if not found or staged.source is None:
         return None
     index = int(found.group(1)) - 1
     for batch in read_batches(staged.source):
