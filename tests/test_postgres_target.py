@@ -15,6 +15,9 @@ import pytest
 from psycopg import sql
 
 from applier.engine.changes import arrow_schema
+from applier.engine.compiled import CompiledCycle
+from applier.engine.identity import NET_OP
+from applier.engine.queue import MemoryQueue
 from applier.errors import TargetError
 from applier.targets import pg_sql
 from applier.targets.pg_load import bytea_text, csv_bytes
@@ -35,7 +38,7 @@ EVENTS = table_def("shop.events", [("kind", "string", True), ("value", "double",
 
 
 def target(url: str, tmp_path: Path, **kwargs: Any) -> PostgresTarget:
-    return PostgresTarget(url, "demo", spill_dir=tmp_path / "tmp", **kwargs)
+    return PostgresTarget(url, "demo", **kwargs)
 
 
 def rows(url: str, table: str, order: str) -> list[tuple[Any, ...]]:
@@ -216,17 +219,24 @@ def test_a_failing_table_rolls_back_every_table_and_names_table_and_key(pg_url: 
 
 def test_lost_connection_is_a_target_error_without_the_password(tmp_path: Path) -> None:
     t = PostgresTarget(
-        "host=127.0.0.1 port=1 user=app password=s3cret dbname=x connect_timeout=2", "demo", spill_dir=tmp_path
+        "host=127.0.0.1 port=1 user=app password=s3cret dbname=x connect_timeout=2", "demo"
     )
     with pytest.raises(TargetError) as caught:
         t.apply_cycle(1, {ORDERS.name: keyed(ORDERS, [{"id": 1}])}, {})
     assert "s3cret" not in str(caught.value) and "port=1" in str(caught.value)
 
 
-def test_two_load_connections_load_ten_tables_in_batches_and_spill_the_waiting(pg_url: str, tmp_path: Path) -> None:
+def test_two_load_connections_load_ten_tables_in_batches_while_the_waiting_spool(pg_url: str, tmp_path: Path) -> None:
     tables = [table_def(f"wide.t{i}", [("id", "bigint", False), ("v", "string", True)], ("id",)) for i in range(10)]
-    changes = {td.name: keyed(td, [{"id": n, "v": "x" * 50} for n in range(200)]) for td in tables}
-    t = target(pg_url, tmp_path, threads=2, buffer_size=1000)
+    queue = MemoryQueue(40_000)  # each table's changes take about 12 KB in memory: most must spool
+    compiled = CompiledCycle({td.name: td for td in tables}, frozenset(), queue, tmp_path / "tmp", "demo")
+    for td in tables:
+        ids = pa.array(range(200), pa.int64())
+        compiled.add(td.name, pa.table({NET_OP: ["I"] * 200, "id": ids, "v": ["x" * 50] * 200}))
+    assert queue.held <= 40_000
+    spooled = {s["file"] for s in compiled.spill_created}
+    assert len(spooled) >= 7 and spooled <= {f"demo_wide-2Et{i}.spill" for i in range(10)}
+    t = target(pg_url, tmp_path, threads=2)
     seen: set[str] = set()
     peak = 0
     done = threading.Event()
@@ -245,16 +255,16 @@ def test_two_load_connections_load_ten_tables_in_batches_and_spill_the_waiting(p
     watcher = threading.Thread(target=watch)
     watcher.start()
     try:
-        load = t.apply_cycle(1, changes, {})
+        load = t.apply_cycle(1, compiled, {})
     finally:
         done.set()
         watcher.join()
     assert load.batches == [[f"wide.t{i}", f"wide.t{j}"] for i, j in ((0, 1), (2, 3), (4, 5), (6, 7), (8, 9))]
     assert peak <= 2
-    spilled = {f"demo_wide-2Et{i}.spill" for i in range(2, 10)}
-    assert {s["file"] for s in load.spill_created} == spilled
-    assert {s["file"] for s in load.spill_removed} == spilled
-    assert seen <= spilled and not list((tmp_path / "tmp").glob("*.spill"))
+    assert queue.held == 0  # every table was released once in staging
+    compiled.close()
+    assert {s["file"] for s in compiled.spill_removed} == spooled
+    assert seen <= spooled and not list((tmp_path / "tmp").glob("*.spill"))
     for td in tables:
         assert len(rows(pg_url, td.name, "id")) == 200
     with psycopg.connect(pg_url) as conn:
