@@ -34,6 +34,7 @@ from applier.advise.transactions import TransactionFigures
 from applier.cli import main
 from applier.config import Config, load_config
 from applier.engine.checkpoint import Checkpoint, CheckpointStore
+from applier.errors import InvalidChangeError
 from applier.intermediate.pairs import MIB, PairRef
 from applier.summary import main as summary_main
 from handmade import event, row, write_pair
@@ -198,6 +199,31 @@ def test_row_sizes_count_fixed_widths_and_variable_columns_at_their_observed_max
     assert (log.fixed_bytes, log.row_size) == (8, 18)  # msg "0123456789"
     assert (items.rows, log.rows, o.rows) == (4, 1, 5)
     assert o.entry_bytes(ITEMS) == 60 + 4 + 29 == 93 and o.entry_bytes(LOG) == 60 + 4 + 18 == 82
+
+
+def test_images_pyarrow_cannot_parse_at_once_are_measured_one_by_one(tmp_path: Path) -> None:
+    spread = '{"id": 7,\n "name": "abcdefg", "photo": "AAECAwQ="}'  # valid JSON over two lines: 7 and 5 bytes
+    write_pair(
+        tmp_path / "in",
+        1,
+        [row(11, "t1", "I", after=A1, table=ITEMS), row(12, "t1", "I", after=spread, table=ITEMS)],
+        [event("begin", "t1", 10), event("commit", "t1", 13)],
+        tables={ITEMS: ITEMS_DEF},
+    )
+    assert observe_backlog(config_for(tmp_path), LAYOUT_64).tables[ITEMS].maxima == {"name": 7, "photo": 5}
+
+
+def test_an_image_that_is_not_json_refuses_the_pair(tmp_path: Path) -> None:
+    write_pair(
+        tmp_path / "in",
+        1,
+        [row(11, "t1", "I", after="{not json", table=ITEMS)],
+        [event("begin", "t1", 10), event("commit", "t1", 13)],
+        tables={ITEMS: ITEMS_DEF},
+    )
+    with pytest.raises(InvalidChangeError, match="image-not-object") as refused:
+        observe_backlog(config_for(tmp_path), LAYOUT_64)
+    assert refused.value.seq == 1 and refused.value.path.name == "000000000001.dat"
 
 
 def test_transactions_are_followed_across_pairs_and_measured_by_the_arithmetic(tmp_path: Path) -> None:

@@ -13,15 +13,18 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
+import msgspec
+import pyarrow as pa
 import pyarrow.parquet as pq
 
 from applier.advise.arithmetic import Layout, row_entry_bytes
 from applier.advise.shapes import TableShape, observe_shapes
 from applier.advise.transactions import TransactionFigures, TransactionTracker
 from applier.config import Config
+from applier.engine.buffers import row_bytes
 from applier.engine.checkpoint import CheckpointStore
 from applier.intermediate.pairs import DAT_COLUMNS, PairRef, list_pairs
-from applier.intermediate.reader import read_trn
+from applier.intermediate.reader import Event
 
 
 @dataclass(frozen=True)
@@ -60,6 +63,38 @@ class Observation:
         return row_entry_bytes(self.layout, self.tables[table].row_size)
 
 
+class _EventLine(msgspec.Struct):
+    """The fields of a ``.trn`` event line the tracker needs (the rest is skipped)."""
+
+    record: str
+    xid: str
+    lsn: int
+
+
+def events_of(ref: PairRef) -> list[Event]:
+    """The events of a pair already checked (by the first pass), parsed without checking them again."""
+    decoder = msgspec.json.Decoder(_EventLine)
+    lines = ref.trn_path.read_bytes().split(b"\n")[1:]  # the header first
+    return [Event(e.record, e.xid, e.lsn, "") for e in map(decoder.decode, filter(None, lines))]
+
+
+_ROWS_SCHEMA = pa.schema([("lsn", pa.int64()), ("xid", pa.string()), ("table", pa.string()), ("buffered", pa.int64())])
+
+
+def rows_of(ref: PairRef, batch_rows: int = 65_536) -> pa.Table:
+    """A pair's rows as the tracker needs them: lsn, xid, table and the bytes each row takes as buffered.
+
+    The images are read a batch of rows at a time and reduced to their size
+    at once; what is kept is a few narrow columns per row.
+    """
+    parts = [_ROWS_SCHEMA.empty_table()]
+    for batch in pq.ParquetFile(ref.dat_path).iter_batches(batch_size=batch_rows, columns=list(DAT_COLUMNS)):
+        size = row_bytes(pa.Table.from_batches([batch]))
+        names = [batch["xid"].cast(pa.string()), batch["table"].cast(pa.string())]  # large_string is allowed too
+        parts.append(pa.table([batch["lsn"], *names, size], schema=_ROWS_SCHEMA))
+    return pa.concat_tables(parts)
+
+
 def measure_pairs(refs: Sequence[PairRef], layout: Layout) -> tuple[dict[str, TableShape], TransactionTracker]:
     """Measure the pairs ``refs`` (in sequence order): the tables' shapes, then every transaction.
 
@@ -77,8 +112,7 @@ def measure_pairs(refs: Sequence[PairRef], layout: Layout) -> tuple[dict[str, Ta
     shapes = observe_shapes(refs)
     tracker = TransactionTracker(layout, {name: row_entry_bytes(layout, s.row_size) for name, s in shapes.items()})
     for ref in refs:
-        _, events = read_trn(ref)
-        tracker.add_pair(events, pq.read_table(ref.dat_path, columns=list(DAT_COLUMNS)))
+        tracker.add_pair(events_of(ref), rows_of(ref))
     return shapes, tracker
 
 

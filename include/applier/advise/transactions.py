@@ -35,7 +35,6 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from applier.advise.arithmetic import Layout, percentile
-from applier.engine.buffers import row_bytes
 from applier.intermediate.reader import Event
 
 P99 = 0.99
@@ -96,12 +95,12 @@ class _PairRows:
 
 
 def _pair_rows(data: pa.Table, entry_bytes: Mapping[str, int]) -> _PairRows:
-    """Sum a pair's rows (columns lsn, xid, table, op, before, after) per row and per transaction."""
+    """Sum a pair's rows (columns lsn, xid, table, buffered) per row and per transaction."""
     if not data.num_rows:
         return _PairRows([], [0], [0], {})
     names = list(entry_bytes)
     costs = pc.take(pa.array([entry_bytes[n] for n in names], pa.int64()), pc.index_in(data["table"], pa.array(names)))
-    buffered = row_bytes(data)
+    buffered = data["buffered"]
     rows = pa.table({"xid": data["xid"], "table": data["table"], "memory": costs, "buffered": buffered})
     by_xid: dict[str, _Open] = {}
     sums = rows.group_by("xid").aggregate([("memory", "count"), ("memory", "sum"), ("buffered", "sum")])
@@ -143,7 +142,8 @@ class TransactionTracker:
         self.row_memory = self.row_buffered = 0
 
     def add_pair(self, events: Sequence[Event], data: pa.Table) -> None:
-        """Follow one pair: its events and its rows (columns lsn, xid, table, op, before, after)."""
+        """Follow one pair: its events and its rows in lsn order (columns lsn, xid, table, and buffered:
+        the bytes of each row as the Applier buffers it, :func:`applier.engine.buffers.row_bytes`)."""
         rows = _pair_rows(data, self.entry_bytes)
         self.row_memory += rows.memory[-1]
         self.row_buffered += rows.buffered[-1]
