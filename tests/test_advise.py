@@ -203,11 +203,19 @@ def test_row_sizes_count_fixed_widths_and_variable_columns_at_their_observed_max
 
 def test_images_pyarrow_cannot_parse_at_once_are_measured_one_by_one(tmp_path: Path) -> None:
     spread = '{"id": 7,\n "name": "abcdefg", "photo": "AAECAwQ="}'  # valid JSON over two lines: 7 and 5 bytes
+    odd = '{"id": 8, "name": 123456789, "photo": null}'  # a number where a string belongs: not counted
     write_pair(
         tmp_path / "in",
         1,
         [row(11, "t1", "I", after=A1, table=ITEMS), row(12, "t1", "I", after=spread, table=ITEMS)],
         [event("begin", "t1", 10), event("commit", "t1", 13)],
+        tables={ITEMS: ITEMS_DEF},
+    )
+    write_pair(
+        tmp_path / "in",
+        2,
+        [row(21, "t2", "I", after=odd, table=ITEMS)],
+        [event("begin", "t2", 20), event("commit", "t2", 22)],
         tables={ITEMS: ITEMS_DEF},
     )
     assert observe_backlog(config_for(tmp_path), LAYOUT_64).tables[ITEMS].maxima == {"name": 7, "photo": 5}
