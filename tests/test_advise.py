@@ -397,11 +397,12 @@ def write_cycles(work_dir: Path) -> None:
 
 def test_queue_points_draw_cycles_without_queue_figures_as_zero(tmp_path: Path) -> None:
     write_cycles(tmp_path)
-    points = queue_points(recent_reports(tmp_path / "cycles.jsonl"), default_budget=256 * MIB)
-    assert points == [
+    reports = [*recent_reports(tmp_path / "cycles.jsonl"), {"cycle_id": 4, "queue": {}}]
+    assert queue_points(reports, default_budget=256 * MIB) == [
         QueuePoint(1, 0, 0, None),
         QueuePoint(2, 5 * MIB, MIB + MIB // 2, 16 * MIB),
         QueuePoint(3, 8 * MIB, 0, 16 * MIB),
+        QueuePoint(4, 0, 0, None),
     ]
 
 

@@ -104,7 +104,7 @@ def recent_reports(path: Path, count: int = RECENT_CYCLES) -> list[dict[str, Any
 
 
 def queue_points(reports: Sequence[Mapping[str, Any]], default_budget: int) -> list[QueuePoint]:
-    """One point per cycle report; a report without ``queue`` is zero, without a budget.
+    """One point per cycle report; a report without ``queue`` (or with an empty one) is zero, without a budget.
 
     Args:
         reports: cycle reports, oldest first.
@@ -117,7 +117,7 @@ def queue_points(reports: Sequence[Mapping[str, Any]], default_budget: int) -> l
     for number, report in enumerate(reports):
         queue = report.get("queue")
         cycle_id = int(report.get("cycle_id", number + 1))
-        if not isinstance(queue, Mapping):
+        if not isinstance(queue, Mapping) or not queue:  # no queue accounting in that cycle
             points.append(QueuePoint(cycle_id, 0, 0, None))
             continue
         spooled = queue.get("spooled_bytes") or {}
