@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 from deltalake import DeltaTable
 from deltalake.exceptions import DeltaError
@@ -242,11 +243,38 @@ def test_no_key_table_deletes_exactly_the_copies_asked_null_and_nan_safe(tmp_pat
 def test_no_key_table_refuses_to_delete_more_copies_than_it_holds(tmp_path: Path) -> None:
     target = DeltaTarget(tmp_path, APP)
     target.apply(1, counted(NOKEY, [({"msg": "a", "x": None, "amount": None}, 1)]))
-    with pytest.raises(TargetError, match=r"app\.log: 2 copies of a row value are to be deleted but the table holds 1"):
+    with pytest.raises(TargetError, match=r"app\.log: 1 of the 2 row copies to delete are not in the table"):
         target.apply(2, counted(NOKEY, [({"msg": "a", "x": None, "amount": None}, -2)]))
     assert target.committed_cycle("app.log") == 1 and rows_of(target, "app.log") == [
         {"msg": "a", "x": None, "amount": None}
     ]
+
+
+def test_no_key_deletes_rewrite_only_the_files_holding_the_copies(tmp_path: Path) -> None:
+    target = DeltaTarget(tmp_path, APP)
+    a, b, c = ({"msg": m, "x": 1.0, "amount": None} for m in "abc")
+    target.apply(1, counted(NOKEY, [(a, 2)]))
+    target.apply(2, counted(NOKEY, [(a, 1), (b, 1)]))
+    target.apply(3, counted(NOKEY, [(c, 5)]))
+    before = _files(tmp_path / "app" / "log")
+    assert sorted(before.values()) == ["a,a", "a,b", "c,c,c,c,c"]
+
+    target.apply(4, counted(NOKEY, [(a, -3), (b, 1)]))  # every copy of a, spread over two files
+
+    after = _files(tmp_path / "app" / "log")
+    untouched = {name for name, held in before.items() if held == "c,c,c,c,c"}
+    assert untouched <= set(after) and not (set(before) - untouched) & set(after)
+    assert sorted(after.values()) == ["b", "b", "c,c,c,c,c"]  # the rewritten a,b file and the inserted copy
+    assert target.committed_cycle("app.log") == 4
+    assert rows_of(target, "app.log") == sorted([b, b, *[c] * 5], key=repr)
+
+
+def _files(path: Path) -> dict[str, str]:
+    """Each data file of a keyless table: its name and the messages it holds."""
+    return {
+        uri.rsplit("/", 1)[-1]: ",".join(sorted(pq.read_table(uri.removeprefix("file://")).column("msg").to_pylist()))
+        for uri in DeltaTable(str(path)).file_uris()
+    }
 
 
 def test_remove_copies_treats_negative_zero_as_zero_and_keeps_other_values_exact() -> None:

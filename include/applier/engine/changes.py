@@ -154,7 +154,7 @@ def _match_key(column: pa.ChunkedArray) -> pa.ChunkedArray:
 
 
 def _copies_to_remove(current: pa.Table, removals: pa.Table) -> pa.Table:
-    """Per row value to delete: ``row_list``, the indexes of its copies in ``current``, and ``take_sum``."""
+    """Per row value to delete: ``row_list`` (its copies in ``current``), ``take_sum``, ``rid_max`` (its removal)."""
     keys = [f"k{i}" for i in range(current.num_columns)]
     held = [_match_key(column) for column in current.columns]
     gone = [_match_key(removals.column(f.name).cast(f.type)) for f in current.schema]
@@ -162,30 +162,38 @@ def _copies_to_remove(current: pa.Table, removals: pa.Table) -> pa.Table:
     found = [pc.is_in(h, value_set=g.combine_chunks(), skip_nulls=False) for h, g in zip(held, gone, strict=True)]
     index = pa.array(np.flatnonzero(functools.reduce(pc.and_, found).to_numpy(zero_copy_only=False)), pa.int64())
     candidates = {k: h.take(index) for k, h in zip(keys, held, strict=True)}
-    candidates |= {"row": index, "take": pa.repeat(pa.scalar(0, pa.int64()), len(index))}
+    candidates |= {
+        "row": index,
+        "take": pa.repeat(pa.scalar(0, pa.int64()), len(index)),
+        "rid": pa.nulls(len(index), pa.int64()),
+    }
     removed = dict(zip(keys, gone, strict=True))
-    removed |= {"row": pa.nulls(removals.num_rows, pa.int64()), "take": pc.negate(removals.column(COUNT_COLUMN))}
+    removed |= {
+        "row": pa.nulls(removals.num_rows, pa.int64()),
+        "take": pc.negate(removals.column(COUNT_COLUMN)),
+        "rid": pa.array(np.arange(removals.num_rows), pa.int64()),
+    }
     both = pa.concat_tables([pa.table(candidates), pa.table(removed)])
-    groups = both.group_by(keys, use_threads=False).aggregate([("row", "list"), ("take", "sum")])
+    groups = both.group_by(keys, use_threads=False).aggregate([("row", "list"), ("take", "sum"), ("rid", "max")])
     return groups.filter(pc.greater(groups.column("take_sum"), 0))
 
 
-def remove_copies(current: pa.Table, removals: pa.Table) -> pa.Table:
-    """``current`` without ``-__count`` copies of each row value of ``removals``.
+def take_copies(current: pa.Table, removals: pa.Table) -> tuple[np.ndarray, np.ndarray]:
+    """Which rows of ``current`` to keep when up to ``-__count`` copies of each value of ``removals`` go.
 
     Row values compare as typed values, null-safe (null equals null) and
     NaN-safe (NaN equals NaN, -0.0 equals 0.0). Which of several equal copies
-    go does not matter; the others keep their exact values.
+    go does not matter; the others keep their exact values. A value with
+    fewer copies than wanted loses all of them (a caller scanning a table
+    file by file asks the next file for the rest).
 
     Args:
-        current: the table's rows.
+        current: rows (one file of a table, or all of it).
         removals: row values (``current``'s columns) plus ``__count``, negative.
 
     Returns:
-        The rows of ``current`` that stay, in their order.
-
-    Raises:
-        ValueError: a row value has fewer copies in ``current`` than are to be deleted.
+        ``(keep, removed)``: a boolean mask over ``current``, and per removal
+        row how many of its copies the mask removes.
     """
     groups = _copies_to_remove(current, removals)
     lists = groups.column("row_list").combine_chunks()
@@ -194,12 +202,28 @@ def remove_copies(current: pa.Table, removals: pa.Table) -> pa.Table:
     rows, parents = rows.filter(present).to_numpy(), parents.filter(present).to_numpy()
     wanted = groups.column("take_sum").to_numpy()
     have = np.bincount(parents, minlength=len(wanted))
-    if (have < wanted).any():
-        i = int(np.argmax(have < wanted))
-        raise ValueError(f"{wanted[i]} copies of a row value are to be deleted but the table holds {have[i]}")
     ordinal = np.arange(len(parents)) - np.searchsorted(parents, parents)
     keep = np.ones(current.num_rows, dtype=bool)
     keep[rows[ordinal < wanted[parents]]] = False
+    removed = np.zeros(removals.num_rows, dtype=np.int64)
+    removed[groups.column("rid_max").to_numpy()] = np.minimum(have, wanted)
+    return keep, removed
+
+
+def remove_copies(current: pa.Table, removals: pa.Table) -> pa.Table:
+    """``current`` without ``-__count`` copies of each row value of ``removals`` (see :func:`take_copies`).
+
+    Returns:
+        The rows of ``current`` that stay, in their order.
+
+    Raises:
+        ValueError: a row value has fewer copies in ``current`` than are to be deleted.
+    """
+    keep, removed = take_copies(current, removals)
+    wanted = pc.negate(removals.column(COUNT_COLUMN)).to_numpy()
+    if (removed < wanted).any():
+        i = int(np.argmax(removed < wanted))
+        raise ValueError(f"{wanted[i]} copies of a row value are to be deleted but the table holds {removed[i]}")
     return current.filter(pa.array(keep))
 
 

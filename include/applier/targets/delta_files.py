@@ -1,0 +1,109 @@
+"""Deleting copies of row values from a keyless Delta table, one data file at a time.
+
+A table without a primary key has no identity to merge on: a cycle says
+"delete n copies of this row value". The table is scanned file by file (one
+file in memory at a time, never the whole table); each file holding copies to
+delete is rewritten without them; scanning stops once every copy is found.
+The removed files, the rewritten ones and the cycle's inserted copies land in
+ONE commit (``create_write_transaction``) carrying the cycle's app transaction,
+so the change is atomic and exactly once like every other table's. When the
+table holds fewer copies than the log deletes, nothing is committed.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+import uuid
+from pathlib import Path
+from urllib.parse import unquote
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+from deltalake import CommitProperties, DeltaTable
+from deltalake.transaction import AddAction, RemoveAction
+
+from applier.engine.changes import COUNT_COLUMN, take_copies, typed
+from applier.errors import TargetError
+
+
+def _now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+def _add(root: Path, rows: pa.Table, written: list[Path]) -> AddAction:
+    """Write ``rows`` as a new data file of the table; the action that adds it."""
+    name = f"part-applier-{uuid.uuid4()}.snappy.parquet"
+    path = root / name
+    pq.write_table(rows, path, compression="snappy")
+    written.append(path)
+    stats = json.dumps({"numRecords": rows.num_rows})
+    return AddAction(name, path.stat().st_size, {}, _now_ms(), True, stats)
+
+
+def rewrite_copies(
+    table: DeltaTable,
+    root: Path,
+    name: str,
+    schema: pa.Schema,
+    removals: pa.Table,
+    inserts: pa.Table,
+    props: CommitProperties,
+) -> int:
+    """Delete ``-__count`` copies of each value of ``removals`` and add ``inserts``, in one commit.
+
+    Args:
+        table: the table as just opened.
+        root: its folder.
+        name: ``schema.table``, for messages.
+        schema: its Arrow schema (typed as the definition says).
+        removals: row values plus ``__count`` (negative).
+        inserts: the copies to insert, typed as ``schema``.
+        props: the commit's properties (the cycle's app transaction and tags).
+
+    Returns:
+        How many data files were rewritten.
+
+    Raises:
+        TargetError: the table holds fewer copies of a value than are to be
+            deleted (nothing is committed).
+    """
+    remaining = (-removals.column(COUNT_COLUMN).to_numpy()).astype(np.int64)
+    total = int(remaining.sum())
+    actions: list[AddAction | RemoveAction] = []
+    written: list[Path] = []
+    rewritten = 0
+    files = pa.table(table.get_add_actions(flatten=True)).select(["path", "size_bytes"]).to_pylist()
+    try:
+        for entry in files:
+            if not remaining.any():
+                break
+            active = np.flatnonzero(remaining > 0)
+            wanted = removals.take(pa.array(active)).set_column(
+                removals.schema.get_field_index(COUNT_COLUMN), COUNT_COLUMN, pa.array(-remaining[active], pa.int64())
+            )
+            rows = typed(pq.read_table(root / unquote(entry["path"])), schema)
+            keep, removed = take_copies(rows, wanted)
+            if not removed.any():
+                continue
+            remaining[active] -= removed
+            rewritten += 1
+            actions.append(RemoveAction(entry["path"], True, _now_ms(), entry["size_bytes"], {}))
+            kept = rows.filter(pa.array(keep))
+            if kept.num_rows:
+                actions.append(_add(root, kept, written))
+        if remaining.any():
+            raise TargetError(
+                f"table {name}: {int(remaining.sum())} of the {total} row copies to delete are not in the table "
+                "(the table no longer holds what the log deletes)"
+            )
+        if inserts.num_rows:
+            actions.append(_add(root, inserts, written))
+        if actions:
+            table.create_write_transaction(actions, mode="append", schema=schema, commit_properties=props)
+    except BaseException:
+        for path in written:
+            path.unlink(missing_ok=True)
+        raise
+    return rewritten
