@@ -25,8 +25,8 @@ The queue is charged with what the segments really hold in Arrow buffers.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from dataclasses import dataclass, field
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import pyarrow as pa
@@ -42,6 +42,7 @@ __all__ = ["SPILL_SUFFIX", "BufferedTxn", "OpenTxn", "SpillEvent", "TransactionB
 _STRING_COLUMNS = ("xid", "table", "op", "before", "after")
 _LSN_BYTES = 8
 _UNLIMITED = 2**62
+_WRITE_BYTES = 4 * 1024 * 1024  # committed rows from memory are written in groups of this size
 
 
 @dataclass(frozen=True)
@@ -261,6 +262,39 @@ class TransactionBuffers:
             tables=frozenset(txn.tables),
             truncates=tuple(txn.truncates),
         )
+
+    def take_committed(self, xids: Iterable[str], memory_file: Path) -> tuple[dict[str, BufferedTxn], Path | None]:
+        """:meth:`take` every committed transaction, writing those still in memory to ``memory_file``.
+
+        The rows in memory leave the queue for a spill file Spark reads like
+        the others, a few MiB at a time, so they are never held twice.
+
+        Args:
+            xids: the transactions committed in the cycle.
+            memory_file: where the rows of those not spooled go.
+
+        Returns:
+            The taken transactions (``memory`` is None: their rows are in
+            ``memory_file`` or their spill file), and ``memory_file`` when rows
+            were written to it.
+        """
+        taken: dict[str, BufferedTxn] = {}
+        group: list[pa.Table] = []
+        held, written = 0, False
+        for xid in xids:
+            txn = self.take(xid)
+            if txn is None:
+                continue
+            if txn.memory is not None and txn.memory.num_rows:
+                group.append(txn.memory)
+                held += txn.memory.nbytes
+                if held >= _WRITE_BYTES:
+                    written |= bool(append_spill(memory_file, [pa.concat_tables(group).combine_chunks()]))
+                    group, held = [], 0
+            taken[xid] = replace(txn, memory=None)
+        if group:
+            written |= bool(append_spill(memory_file, [pa.concat_tables(group).combine_chunks()]))
+        return taken, memory_file if written else None
 
     def release(self, xid: str) -> None:
         """Delete the spill file of a taken transaction once the target committed it (idempotent).

@@ -8,7 +8,6 @@ the target applies them in one commit per table tagged with the cycle.
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
@@ -21,7 +20,7 @@ from applier.engine.compiled import CompiledCycle
 from applier.engine.netting import compile_partitions
 from applier.engine.reading import CycleInput
 from applier.engine.report import CycleReport
-from applier.engine.spill import COMMITTED_PART, SPILL_SUFFIX, append_spill, read_spill
+from applier.engine.spill import read_spill
 from applier.engine.touches import last_truncates
 from applier.intermediate.schema import TableDef
 from applier.targets import Target
@@ -31,29 +30,22 @@ CompiledFactory = Callable[[Mapping[str, TableDef], frozenset[str]], CompiledCyc
 
 
 
-def holder_file(holder: CompiledFactory) -> Path:
-    """The file of a cycle's committed rows from memory: ``<spill_dir>/<configuration>_--committed.spill``."""
-    settings = holder.keywords if isinstance(holder, functools.partial) else {}
-    spill_dir = Path(settings.get("spill_dir", "."))
-    return spill_dir / f"{settings.get('configuration_name', 'applier')}_{COMMITTED_PART}{SPILL_SUFFIX}"
-
-
 DAT_DDL = "lsn long, xid string, `table` string, op string, before string, after string"
 
 
-def _committed_input(spark: Any, cycle: CycleInput, taken: Mapping[str, BufferedTxn], memory_file: Path) -> Any:
+def _committed_input(
+    spark: Any, cycle: CycleInput, taken: Mapping[str, BufferedTxn], memory_file: Path | None
+) -> Any:
     """All rows that may belong to a committed transaction, as one DataFrame (None if none).
 
     Spark reads the cycle's ``.dat`` files, the committed transactions' spill
-    files (streamed on the executors) and ``memory_file``, where the rows of
-    the committed transactions that were still in memory are written first.
+    files and ``memory_file`` (their rows that were still in memory), the
+    spill files streamed batch by batch on the executors.
     """
     committed = set(cycle.commits)
     dat_paths = [str(p.dat_path) for p in cycle.pairs if cycle.xids_by_seq.get(p.seq, set()) & committed]
     spill_paths = [str(t.spill_path) for t in taken.values() if t.spill_path is not None]
-    memory = [t.memory for t in taken.values() if t.memory is not None and t.memory.num_rows]
-    if memory:
-        append_spill(memory_file, [pa.concat_tables(memory).combine_chunks()])
+    if memory_file is not None:
         spill_paths.append(str(memory_file))
     frames = []
     if dat_paths:
@@ -87,6 +79,7 @@ def apply_committed(
     report: CycleReport,
     position: Mapping[str, int],
     holder: CompiledFactory,
+    memory_file: Path | None = None,
 ) -> dict[str, tuple[bool, int]]:
     """Compile and apply the cycle's committed transactions.
 
@@ -100,6 +93,9 @@ def apply_committed(
         position: ``applied_seq``, ``applied_commit_lsn`` and ``restart_seq``
             after the cycle, for targets that keep their checkpoint with the data.
         holder: makes the compiled cycle's holder (its queue and spill folder).
+        memory_file: the committed transactions' rows that were still in memory
+            (:meth:`~applier.engine.buffers.TransactionBuffers.take_committed`);
+            removed once the cycle is applied.
 
     Returns:
         For each table changed: whether it was truncated, and the change in its
@@ -107,7 +103,6 @@ def apply_committed(
     """
     if not cycle.commits:
         return {}
-    memory_file = holder_file(holder)
     with report.phase("spark"):
         rows = _committed_input(spark, cycle, taken, memory_file)
         if rows is None:
@@ -120,7 +115,7 @@ def apply_committed(
         )
         names = sorted(touched | set(truncates))
         compiled = holder({name: tables[name] for name in names}, frozenset(truncates))
-        input_bytes = cycle.bytes + sum(t.spill_bytes + t.bytes for t in taken.values())
+        input_bytes = cycle.bytes + sum(t.bytes for t in taken.values())
         partitions = compile_partitions(input_bytes, int(spark.conf.get("spark.sql.shuffle.partitions")))
         try:
             compile_cycle(committed_rows(rows, commits), tables, truncates, touched, compiled, partitions=partitions)
@@ -132,7 +127,8 @@ def apply_committed(
             load = target.apply_cycle(cycle_id, compiled, position)
     finally:
         compiled.close()
-        memory_file.unlink(missing_ok=True)
+        if memory_file is not None:
+            memory_file.unlink(missing_ok=True)
         report.spill_created.extend(compiled.spill_created)
         report.spill_removed.extend(compiled.spill_removed)
     report.skipped_tables.extend(load.skipped_tables)

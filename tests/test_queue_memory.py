@@ -1,0 +1,95 @@
+"""One queue-memory budget over open transactions and compiled tables: who spools, when, and what it reports."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pyarrow as pa
+
+from applier.engine.buffers import TransactionBuffers
+from applier.engine.compiled import CompiledCycle
+from applier.engine.identity import NET_OP
+from applier.engine.queue import MemoryQueue
+from applier.engine.spill import read_spill
+from applier.intermediate.schema import Column, TableDef
+from applier.intermediate.writer import DAT_SCHEMA
+
+IMAGE = '{"id": 1, "v": "' + "x" * 80 + '"}'  # 98 bytes
+ROW_BYTES = 8 + 1 + len("s.t") + 1 + len(IMAGE)  # xid of one character: 111 bytes by the buffers' rule
+
+
+def _rows(xid: str, count: int, first_lsn: int = 1) -> pa.Table:
+    return pa.table(
+        {
+            "lsn": pa.array(range(first_lsn, first_lsn + count), pa.int64()),
+            "xid": [xid] * count,
+            "table": ["s.t"] * count,
+            "op": ["I"] * count,
+            "before": pa.nulls(count, pa.string()),
+            "after": [IMAGE] * count,
+        },
+        schema=DAT_SCHEMA,
+    )
+
+
+def test_a_transaction_spools_once_it_exceeds_half_the_queue_memory(tmp_path: Path) -> None:
+    queue = MemoryQueue(20_000)
+    buffers = TransactionBuffers(tmp_path, "cfg", buffer_size=10**9, queue=queue)  # the buffer size is no limit
+    buffers.add(_rows("a", 80), seq=1)  # 8,880 bytes: under half the queue
+    assert [t.spilled for t in buffers.open_transactions()] == [False]
+    buffers.add(_rows("a", 15, first_lsn=100), seq=2)  # 10,545 bytes: over half of 20,000
+    (txn,) = buffers.open_transactions()
+    assert txn.spilled and txn.memory_bytes == 0 and txn.bytes == 95 * ROW_BYTES
+    spooled = queue.cycle_figures()["spooled"]
+    assert [(s["kind"], s["name"], s["file"], s["bytes"]) for s in spooled] == [
+        ("transactions", "a", "cfg_a.spill", 95 * ROW_BYTES)
+    ]
+    assert queue.held == 0  # the segments it left hold nothing else
+    taken = buffers.take("a")
+    assert taken is not None and taken.spill_path is not None
+    assert sum(b.num_rows for b in read_spill(taken.spill_path)) == 95
+
+
+def test_when_the_queue_is_full_the_largest_buffers_spool_first(tmp_path: Path) -> None:
+    queue = MemoryQueue(40_000)
+    buffers = TransactionBuffers(tmp_path, "cfg", buffer_size=10**9, queue=queue)
+    for xid, rows in (("a", 150), ("b", 120), ("c", 60)):
+        buffers.add(_rows(xid, rows, first_lsn=1000 * ord(xid)), seq=1)
+    # Each add holds its own Arrow segment: a, b and c need about 18, 15 and 8 KB, together over 40,000.
+    spilled = {t.xid: t.spilled for t in buffers.open_transactions()}
+    assert spilled == {"a": True, "b": False, "c": False}
+    assert queue.held <= queue.budget
+    assert [s["name"] for s in queue.cycle_figures()["spooled"]] == ["a"]
+
+
+def test_compiled_tables_and_open_transactions_share_one_budget(tmp_path: Path) -> None:
+    queue = MemoryQueue(60_000)
+    buffers = TransactionBuffers(tmp_path, "cfg", buffer_size=10**9, queue=queue)
+    buffers.add(_rows("a", 200), seq=1)  # about 24 KB
+    table = TableDef("s.t", (Column("id", "bigint", False), Column("v", "string", True)), ("id",))
+    compiled = CompiledCycle({"s.t": table}, frozenset(), queue, tmp_path, "cfg")
+    chunk = pa.table({NET_OP: ["I"] * 400, "id": pa.array(range(400), pa.int64()), "v": ["y" * 80] * 400})
+    compiled.add("s.t", chunk)  # about 37 KB more: over the budget, and the compiled table is the largest
+    figures = queue.cycle_figures()
+    assert [(s["kind"], s["name"]) for s in figures["spooled"]] == [("tables", "s.t")]
+    assert figures["memory_bytes"]["tables"] == 0 and figures["memory_bytes"]["transactions"] > 0
+    assert figures["peak_bytes"] > figures["budget_bytes"] >= queue.held
+    changes = compiled["s.t"]  # read back from its spill file when applied
+    assert changes.upserts.num_rows == 400 and queue.held_by_kind()["compiled"] > 0
+    compiled.release("s.t")
+    compiled.close()
+    assert queue.held_by_kind()["compiled"] == 0 and not list(tmp_path.glob("cfg_s-2Et.spill"))
+
+
+def test_committed_rows_in_memory_are_written_once_to_the_committed_file(tmp_path: Path) -> None:
+    queue = MemoryQueue(10**9)
+    buffers = TransactionBuffers(tmp_path, "cfg", buffer_size=10**9, queue=queue)
+    buffers.add(pa.concat_tables([_rows("a", 3), _rows("b", 2, first_lsn=10), _rows("c", 1, first_lsn=20)]), seq=1)
+    taken, memory_file = buffers.take_committed(["a", "c", "x"], tmp_path / "cfg_--committed.spill")
+    assert sorted(taken) == ["a", "c"] and all(t.memory is None for t in taken.values())
+    assert memory_file is not None
+    rows = pa.Table.from_batches(list(read_spill(memory_file)))
+    assert sorted(zip(rows.column("xid").to_pylist(), rows.column("lsn").to_pylist(), strict=True)) == [
+        ("a", 1), ("a", 2), ("a", 3), ("c", 20)
+    ]
+    assert [t.xid for t in buffers.open_transactions()] == ["b"]
