@@ -13,6 +13,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from types import MappingProxyType
 
+from applier.generate.shapes.profiles import SHAPE_PROFILES
+
 # Ordinary transaction kinds a profile can mix (see ``scripts.py``).
 TXN_KINDS = (
     "new_order",
@@ -177,4 +179,15 @@ def get_profile(name: str) -> Profile:
     try:
         return PROFILES[name]
     except KeyError:
-        raise ValueError(f"unknown workload profile {name!r}; allowed: {', '.join(PROFILES)}") from None
+        raise ValueError(f"unknown workload profile {name!r}; allowed: {', '.join(profile_descriptions())}") from None
+
+
+def profile_descriptions() -> Mapping[str, str]:
+    """Every profile ``applier generate`` knows, by name: the shop profiles, then the shaped ones.
+
+    Returns:
+        Each profile's one-line description, in listing order.
+    """
+    every = {name: p.description for name, p in PROFILES.items()}
+    every.update((name, p.description) for name, p in SHAPE_PROFILES.items())
+    return MappingProxyType(every)

@@ -12,6 +12,8 @@ from applier.generate.clock import SimClock
 from applier.generate.database import Database
 from applier.generate.profiles import get_profile
 from applier.generate.runner import Runner, RunState
+from applier.generate.shapes.profiles import SHAPE_PROFILES
+from applier.generate.shapes.run import generate_shaped
 from applier.generate.stream import Stream, StreamStats
 from applier.generate.tables import TABLE_DEFS
 from applier.generate.values import RowFactory
@@ -76,6 +78,8 @@ def generate_workload(
     file_size_mb: float | None = None,
     profile: str = "demo",
     progress: Callable[[int, int], None] | None = None,
+    tables: int | None = None,
+    columns: tuple[int, int] | None = None,
 ) -> GenerateSummary:
     """Write a realistic, seeded change stream to ``out_dir`` as intermediate-file pairs.
 
@@ -91,14 +95,33 @@ def generate_workload(
         profile: a name from :data:`applier.generate.PROFILES`.
         progress: called with ``(finished_transactions, total)`` now and then, and
             ``(total, total)`` at the end.
+        tables: number of tables, for the profiles that take it (``wide``); None for the default.
+        columns: fewest and most columns of a table, for the profiles that take it (``wide``).
 
     Returns:
         What was written.
 
     Raises:
-        ValueError: unknown profile, a count or size that is not positive, or a
-            directory that already holds pairs.
+        ValueError: unknown profile, a count or size that is not positive, a sizing
+            option the profile does not take, or a directory that already holds pairs.
     """
+    if profile in SHAPE_PROFILES:
+        out_dir = Path(out_dir)
+        _check_out_dir(out_dir)
+        shaped = generate_shaped(
+            out_dir,
+            profile=profile,
+            seed=seed,
+            transactions=transactions,
+            file_size_mb=file_size_mb,
+            tables=tables,
+            columns=columns,
+            progress=progress,
+        )
+        return _summary(out_dir, profile, seed, *shaped)
+    if tables is not None or columns is not None:
+        takers = ", ".join(name for name, shape in SHAPE_PROFILES.items() if shape.options)
+        raise ValueError(f"profile {profile} does not take tables or columns; only {takers} does")
     chosen = get_profile(profile)
     total = chosen.transactions if transactions is None else transactions
     size_mb = chosen.file_size_mb if file_size_mb is None else file_size_mb
