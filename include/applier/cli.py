@@ -66,6 +66,10 @@ def _build_parser() -> argparse.ArgumentParser:
     gen.add_argument("--file-size-mb", type=float, help="rotate to a new pair at this size in MiB")
     gen.add_argument("--profile", default="demo", help="workload profile (default: demo); see --list-profiles")
     gen.add_argument("--list-profiles", action="store_true", help="list the profiles and exit")
+    gen.add_argument("--tables", type=int, metavar="N", help="number of tables (profile wide only; default 300)")
+    gen.add_argument(
+        "--columns", metavar="MIN-MAX", help="fewest and most columns of a table (profile wide only; default 9-41)"
+    )
 
     check = _command(
         commands, "check", "read and check every complete pair of an intermediate directory against the spec"

@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from typing import TYPE_CHECKING
 
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
@@ -19,6 +20,9 @@ from applier.errors import UsageError
 from applier.intermediate.pairs import MIB, list_pairs
 from applier.intermediate.scan import scan_directory
 from applier.planner import plan_backlog
+
+if TYPE_CHECKING:
+    from applier.generate import GenerateSummary
 
 _err = Console(stderr=True)
 
@@ -43,20 +47,58 @@ def _progress(label: str) -> Iterator[Callable[[int, int], None]]:
         yield update
 
 
+def _generate_sizing(args: argparse.Namespace) -> tuple[int | None, tuple[int, int] | None]:
+    """``--tables`` and ``--columns`` of ``applier generate``, refused for profiles that size their own tables."""
+    from applier.generate import SHAPE_PROFILES, parse_columns
+
+    given = [f"--{name}" for name in ("tables", "columns") if getattr(args, name) is not None]
+    shape = SHAPE_PROFILES.get(args.profile)
+    refused = [option for option in given if shape is None or option[2:] not in shape.options]
+    if refused:
+        takers = ", ".join(name for name, p in SHAPE_PROFILES.items() if p.options)
+        raise UsageError(f"{' and '.join(refused)} not allowed with --profile {args.profile}; only {takers} takes it")
+    if args.tables is not None and args.tables < 1:
+        raise UsageError(f"--tables {args.tables} must be at least 1")
+    try:
+        columns = None if args.columns is None else parse_columns(args.columns)
+    except ValueError as e:
+        raise UsageError(f"--columns: {e}") from None
+    return args.tables, columns
+
+
+def _print_generated(s: GenerateSummary) -> None:
+    """The summary ``applier generate`` prints; a table set of more than a dozen shows its busiest tables."""
+    print(
+        f"wrote {s.pairs} pairs ({s.bytes / MIB:.2f} MiB) to {s.out_dir}: profile {s.profile}, seed {s.seed}, "
+        f"{s.rows} rows in {s.transactions} transactions ({s.committed} committed, {s.rolled_back} rolled back, "
+        f"{s.left_open} left open)"
+    )
+    if len(s.rows_per_table) <= 12:
+        print("  rows per table: " + ", ".join(f"{t} {n}" for t, n in sorted(s.rows_per_table.items())))
+    else:
+        busiest = sorted(s.rows_per_table.items(), key=lambda item: (-item[1], item[0]))
+        shown = ", ".join(f"{t} {n}" for t, n in busiest[:10])
+        print(f"  rows per table ({len(busiest)} tables, the 10 busiest): {shown}, ...")
+    print("  rows per op: " + ", ".join(f"{op} {n}" for op, n in sorted(s.rows_per_op.items())))
+    print("  features: " + ", ".join(s.features))
+
+
 def generate(args: argparse.Namespace) -> int:
     """``applier generate``: write a seeded workload."""
-    from applier.generate import PROFILES, generate_workload
+    from applier.generate import generate_workload, profile_descriptions
 
+    profiles = profile_descriptions()
     if args.list_profiles:
-        for name, profile in PROFILES.items():
-            print(f"{name}: {profile.description}")
+        for name, description in profiles.items():
+            print(f"{name}: {description}")
         return 0
-    if args.profile not in PROFILES:
-        raise UsageError(f"--profile {args.profile!r} is unknown; use one of: {', '.join(PROFILES)}")
+    if args.profile not in profiles:
+        raise UsageError(f"--profile {args.profile!r} is unknown; use one of: {', '.join(profiles)}")
     if args.transactions is not None and args.transactions < 1:
         raise UsageError(f"--transactions {args.transactions} must be at least 1")
     if args.file_size_mb is not None and args.file_size_mb <= 0:
         raise UsageError(f"--file-size-mb {args.file_size_mb} must be above 0")
+    tables, columns = _generate_sizing(args)
     with _progress("generating transactions") as progress:
         summary = generate_workload(
             args.out,
@@ -65,16 +107,10 @@ def generate(args: argparse.Namespace) -> int:
             file_size_mb=args.file_size_mb,
             profile=args.profile,
             progress=progress,
+            tables=tables,
+            columns=columns,
         )
-    s = summary
-    print(
-        f"wrote {s.pairs} pairs ({s.bytes / MIB:.2f} MiB) to {s.out_dir}: profile {s.profile}, seed {s.seed}, "
-        f"{s.rows} rows in {s.transactions} transactions ({s.committed} committed, {s.rolled_back} rolled back, "
-        f"{s.left_open} left open)"
-    )
-    print("  rows per table: " + ", ".join(f"{t} {n}" for t, n in sorted(s.rows_per_table.items())))
-    print("  rows per op: " + ", ".join(f"{op} {n}" for op, n in sorted(s.rows_per_op.items())))
-    print("  features: " + ", ".join(s.features))
+    _print_generated(summary)
     return 0
 
 
