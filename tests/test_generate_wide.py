@@ -243,7 +243,9 @@ def test_wide_has_every_kind_of_change(wide: tuple[GenerateSummary, Stream]) -> 
     summary, stream = wide
     defs = _defs(stream)
     assert set(summary.rows_per_op) == {"I", "U", "D", "T"}
-    assert {"key_move", "truncate", "rollback", "open_at_end", "long_transaction"} <= set(summary.features)
+    kinds = {"key_move", "truncate", "truncate_keyless", "keyless_duplicate_delete", "rollback", "open_at_end"}
+    assert kinds | {"long_transaction"} <= set(summary.features)
+    assert {bool(defs[c.table]["primary_key"]) for c in stream.changes if c.op == "T"} == {True, False}
     moves = [
         c
         for c in stream.changes

@@ -65,7 +65,7 @@ class Shaped:
         self.full_before = frozenset(t.name for t in tables if t.full_before)
         self.state = RunState()
         self.xid = 7_000 + rng.randrange(1_000)
-        self.duplicates: list[tuple[ShapedTable, Key]] = []  # keyless values inserted more than once
+        self.duplicates: dict[str, list[Key]] = {}  # per keyless table, values inserted more than once
 
     def session(self, outcome: str) -> ShapeSession:
         """Start a transaction that will end with ``outcome``."""
@@ -96,7 +96,7 @@ class Shaped:
         if not table.keyed:
             value = s.pick_value(table.name) if self.rng.random() < DUPLICATE_RATE else None
             if value is not None:
-                self.duplicates.append((table, value))
+                self.duplicates.setdefault(table.name, []).append(value)
                 return s.insert_value(table.name, s.sample_row(table.name, value))
             return s.insert_value(table.name, self.values.row(table, {}))
         row = self.values.row(table, self.values.key(table, self.db.next_id(table.name)))
@@ -144,9 +144,10 @@ class Shaped:
 
     def _keyless_change(self, s: ShapeSession, table: ShapedTable, update: bool) -> bool:
         value = None
-        if not update and self.duplicates and self.rng.random() < DUPLICATE_DELETE_RATE:
-            known, candidate = self.duplicates[int(self.rng.random() * len(self.duplicates))]
-            if known is table and self.db.bags[table.name].available(candidate) >= 2:
+        known = self.duplicates.get(table.name)
+        if not update and known and self.rng.random() < DUPLICATE_DELETE_RATE:
+            candidate = known[int(self.rng.random() * len(known))]
+            if self.db.bags[table.name].available(candidate) >= 2:
                 value = candidate
                 self.feature("keyless_duplicate_delete")
         if value is None:

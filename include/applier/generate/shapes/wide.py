@@ -34,7 +34,7 @@ ROLLBACK_RATE = 0.03
 EMPTY_RATE = 0.002
 _END = object()
 CONCURRENCY = (2, 10)  # fewest and most ordinary transactions open at once (redrawn every 64)
-TRUNCATE_EVERY = 20_000  # ordinary transactions per planned truncate (at least one)
+TRUNCATE_EVERY = 20_000  # ordinary transactions per planned truncate (beyond one keyed and one keyless)
 LEAVE_OPEN_AT_END = 2
 
 
@@ -66,7 +66,7 @@ class WideRunner:
     def _plan_truncates(self) -> list[tuple[int, ShapedTable]]:
         """Truncates at even points of the run, of cold tables, keyed and keyless in turn."""
         cold = sorted(self.shaped.tables, key=lambda t: (t.weight, t.name))[: max(1, len(self.shaped.tables) // 2)]
-        count = 1 + self.total // TRUNCATE_EVERY
+        count = 2 + self.total // TRUNCATE_EVERY
         plan = []
         for i in range(count):
             keyed = [t for t in cold if t.keyed == (i % 2 == 0)] or cold
