@@ -6,6 +6,7 @@ import datetime as dt
 import json
 import math
 from decimal import Decimal
+from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
@@ -19,6 +20,7 @@ from applier.engine.identity import (
     final_table,
     rules_of,
 )
+from applier.engine.spill import read_spill
 from applier.intermediate.schema import Column, TableDef
 
 KEYED = TableDef(
@@ -138,7 +140,7 @@ def test_final_rows_of_a_keyless_table_are_signed_copy_counts() -> None:
     assert values[1:] == [{"x": -1.5, "at": None, COUNT: -1}]
 
 
-def test_chunks_hold_one_table_each_in_at_most_the_chunk_size(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_chunks_hold_one_table_each_in_at_most_the_chunk_size(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     import applier.engine.identity as identity
 
     monkeypatch.setattr(identity, "CHUNK_ROWS", 2)
@@ -148,7 +150,10 @@ def test_chunks_hold_one_table_each_in_at_most_the_chunk_size(monkeypatch: pytes
     schema = pa.schema([("table", pa.string()), ("existed", pa.bool_()), ("present", pa.bool_()),
                         ("image", pa.string()), ("n", pa.int64())])
     batches = [pa.RecordBatch.from_pylist(keyed[:3], schema), pa.RecordBatch.from_pylist(keyed[3:] + bag, schema)]
-    chunks = [c.to_pylist()[0] for c in chunk_batches(TABLES, frozenset(), batches)]
-    assert [(c["table"], c["rows"]) for c in chunks] == [("s.keyed", 3), ("s.keyed", 2), ("s.bag", 1)]
-    first = pa.ipc.open_stream(pa.py_buffer(chunks[0]["chunk"])).read_all()
-    assert first.column("id").to_pylist() == [0, 1, 2]
+    chunks = [c.to_pylist()[0] for c in chunk_batches(TABLES, frozenset(), str(tmp_path), batches)]
+    assert [(c["table"], c["rows"], c["I"], c["U"], c["D"]) for c in chunks] == [
+        ("s.keyed", 3, 3, 0, 0), ("s.keyed", 2, 2, 0, 0), ("s.bag", 1, 1, 0, 0)
+    ]
+    first = pa.Table.from_batches(list(read_spill(chunks[0]["path"])))
+    assert first.column("id").to_pylist() == [0, 1, 2] and first.nbytes == chunks[0]["bytes"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(Path(c["path"]).name for c in chunks)

@@ -1,9 +1,9 @@
 """Net changes of a cycle's committed rows, per table (engine design, "Row ordering and net changes").
 
 The Spark side (one job for all tables) is :mod:`applier.engine.netting`; this
-module prepares its input (the committed rows) and streams its chunks into a
-:class:`~applier.engine.compiled.CompiledCycle`, from which targets take each
-table's :class:`~applier.engine.changes.TableChanges` when they apply it.
+module prepares its input (the committed rows) and hands the chunk files it
+writes to a :class:`~applier.engine.compiled.CompiledCycle`, from which targets
+take each table's :class:`~applier.engine.changes.TableChanges` when they apply it.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from pyspark.sql import functions as F
 
 from applier.engine.changes import TableChanges
 from applier.engine.compiled import CompiledCycle
-from applier.engine.netting import net_changes, stream_chunks
+from applier.engine.netting import net_changes
 from applier.engine.queue import MemoryQueue
 from applier.intermediate.schema import TableDef
 
@@ -90,9 +90,9 @@ def compile_cycle(
         spill = Path(tempfile.mkdtemp(prefix="applier-compile-"))
         into = CompiledCycle({n: tables[n] for n in names}, frozenset(truncates), MemoryQueue(2**62), spill, "compile")
     if names:
-        job = net_changes(rows, {n: tables[n] for n in names}, truncates, partitions)
-        for name, chunk in stream_chunks(job):
-            into.add(name, chunk)
+        job = net_changes(rows, {n: tables[n] for n in names}, truncates, str(into.folder), partitions)
+        for chunk in job.collect():
+            into.add_file(chunk["table"], Path(chunk["path"]), chunk["bytes"], chunk.asDict())
     return into
 
 

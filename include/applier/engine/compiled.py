@@ -1,9 +1,11 @@
 """A compiled cycle: each table's net changes, held under the queue-memory budget until applied.
 
-The compile job's chunks arrive one partition at a time (a table's chunks may
-come from several partitions). Each table's chunks wait in a per-table buffer
-charged to the queue as ``tables``; when the queue is full the largest buffers
-spool to ``<spill_dir>/<configuration_name>_<table id>.spill``
+The compile job's executors write each table's net changes as chunk files in
+the cycle's compile folder, ``<spill_dir>/<configuration_name>_--compiled/``
+(:meth:`CompiledCycle.add_file`; a table's chunks may come from several
+partitions). Chunks handed over in memory (:meth:`CompiledCycle.add`) wait in a
+per-table buffer charged to the queue as ``tables``; when the queue is full the
+largest buffers spool to ``<spill_dir>/<configuration_name>_<table id>.spill``
 (:mod:`applier.engine.spill`). A target takes a table's changes with
 ``compiled[name]`` when it applies it, which charges them as ``compiled`` until
 it calls :meth:`CompiledCycle.release`: the driver never holds the whole
@@ -13,6 +15,7 @@ being applied.
 
 from __future__ import annotations
 
+import shutil
 import threading
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
@@ -25,7 +28,7 @@ import pyarrow.compute as pc
 from applier.engine.changes import TableChanges, arrow_schema, counted_table, split_keyed, typed
 from applier.engine.identity import COUNT, NET_OP
 from applier.engine.queue import MemoryQueue
-from applier.engine.spill import SPILL_SUFFIX, append_spill, file_size, read_spill, safe_xid
+from applier.engine.spill import COMPILED_PART, SPILL_SUFFIX, append_spill, file_size, read_spill, safe_xid
 from applier.intermediate.schema import TableDef
 
 
@@ -39,6 +42,7 @@ class _Buffer:
     chunks: list[pa.Table] = field(default_factory=list)
     memory_bytes: int = 0
     path: Path | None = None
+    files: list[Path] = field(default_factory=list)
     stats: dict[str, int] = field(default_factory=lambda: {"I": 0, "U": 0, "D": 0})
 
 
@@ -71,9 +75,28 @@ class CompiledCycle(Mapping[str, TableChanges]):
         self._lock = threading.Lock()
         self.spill_created: list[dict[str, Any]] = []
         self.spill_removed: list[dict[str, Any]] = []
+        self.file_bytes = 0
+        self.folder = self.spill_dir / f"{configuration_name}_{COMPILED_PART}"
+        shutil.rmtree(self.folder, ignore_errors=True)  # left by a crash
+        self.folder.mkdir(parents=True)
         queue.register(self)
 
     # ------------------------------------------------------------------ filling
+
+    def add_file(self, name: str, path: Path, nbytes: int, stats: Mapping[str, int]) -> None:
+        """Take note of a chunk file the compile job wrote for ``name`` (nothing is read now).
+
+        Args:
+            name: the table.
+            path: the chunk file, in :attr:`folder`.
+            nbytes: the chunk's bytes in memory once read.
+            stats: its net ``I``/``U``/``D`` rows.
+        """
+        buffer = self._buffers[name]
+        buffer.files.append(path)
+        for op in ("I", "U", "D"):
+            buffer.stats[op] += stats[op]
+        self.file_bytes += nbytes
 
     def add(self, name: str, chunk: pa.Table) -> None:
         """Hold one chunk of ``name``'s net changes (from the compile job), spooling if the queue is full."""
@@ -116,8 +139,8 @@ class CompiledCycle(Mapping[str, TableChanges]):
         buffer = self._buffers[name]
         table = self.tables[name]
         parts: list[pa.Table] = []
-        if buffer.path is not None:
-            parts.extend(pa.Table.from_batches([b]) for b in read_spill(buffer.path))
+        for path in [*buffer.files, *([buffer.path] if buffer.path is not None else [])]:
+            parts.extend(pa.Table.from_batches([b]) for b in read_spill(path))
         parts.extend(buffer.chunks)
         changes = to_table_changes(table, name in self.truncated, parts)
         size = changes.upserts.nbytes + changes.deletes.nbytes + (changes.counted.nbytes if changes.counted else 0)
@@ -146,7 +169,7 @@ class CompiledCycle(Mapping[str, TableChanges]):
         return {**self._buffers[name].stats, "T": int(name in self.truncated)}
 
     def close(self) -> None:
-        """Free every buffer and delete the spill files (after the cycle committed, or failed)."""
+        """Free every buffer and delete the spill files and chunk files (after the cycle committed, or failed)."""
         for name in list(self._buffers):
             self.release(name)
             path = self._buffers[name].path
@@ -155,6 +178,7 @@ class CompiledCycle(Mapping[str, TableChanges]):
                 path.unlink(missing_ok=True)
                 self.spill_removed.append({"file": path.name, "bytes": size})
                 self._buffers[name].path = None
+        shutil.rmtree(self.folder, ignore_errors=True)
         self.queue.unregister(self)
 
 

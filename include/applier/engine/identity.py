@@ -8,8 +8,8 @@ can be tested without Spark:
   identity (the typed primary key, or the whole row of a table without one).
 - :func:`chunk_batches`: per table and identity, the aggregated last event
   becomes a net insert, update or delete (or a signed count of copies), and the
-  final images are parsed into the table's typed Arrow columns, shipped to the
-  driver as Arrow IPC chunks of one table each.
+  final images are parsed into the table's typed Arrow columns, written as
+  Arrow IPC chunk files of one table each; the driver receives their list.
 
 Each row is decoded with its own table's rules, found by name, so the cost of a
 cycle follows its rows, not the number or width of the tables it touches (the
@@ -28,6 +28,7 @@ import datetime as dt
 import decimal
 import functools
 import math
+import uuid
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -43,7 +44,7 @@ NET_OP = "__net_op"
 COUNT = "__n"
 """The signed count of copies of a row value: the last column of a keyless table's chunk."""
 CHUNK_ROWS = 32_768
-"""Rows per chunk sent to the driver, so no single transfer is large."""
+"""Rows per chunk file, so the driver reads a large table's changes in pieces."""
 
 EVENT_SCHEMA = pa.schema(
     [
@@ -57,7 +58,17 @@ EVENT_SCHEMA = pa.schema(
         ("image", pa.string()),
     ]
 )
-CHUNK_SCHEMA = pa.schema([("table", pa.string()), ("rows", pa.int64()), ("chunk", pa.binary())])
+CHUNK_SCHEMA = pa.schema(
+    [
+        ("table", pa.string()),
+        ("path", pa.string()),
+        ("rows", pa.int64()),
+        ("bytes", pa.int64()),
+        ("I", pa.int64()),
+        ("U", pa.int64()),
+        ("D", pa.int64()),
+    ]
+)
 
 _EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
 _MICRO = dt.timedelta(microseconds=1)
@@ -262,22 +273,34 @@ def final_table(rules: TableRules, truncated: bool, rows: pa.Table) -> pa.Table:
     return pa.Table.from_arrays([pa.array(ops, pa.string()), *columns], names=[NET_OP, *rules.table.column_names])
 
 
-def _chunk(table: str, rows: pa.Table) -> pa.RecordBatch:
-    sink = pa.BufferOutputStream()
-    with pa.ipc.new_stream(sink, rows.schema) as writer:
+def chunk_stats(table: TableDef, rows: pa.Table) -> dict[str, int]:
+    """Net rows of a chunk: ``I``/``U``/``D`` (for a keyless table, copies inserted and deleted)."""
+    if table.primary_key:
+        ops = rows.column(NET_OP).to_pylist()
+        return {op: ops.count(op) for op in ("I", "U", "D")}
+    counts = rows.column(COUNT).to_pylist()
+    return {"I": sum(n for n in counts if n > 0), "U": 0, "D": -sum(n for n in counts if n < 0)}
+
+
+def _chunk(folder: str, table: TableDef, rows: pa.Table) -> pa.RecordBatch:
+    """Write one chunk to its own file in ``folder``; the row that describes it."""
+    path = f"{folder}/{uuid.uuid4().hex}.arrow"
+    with pa.OSFile(path, "wb") as sink, pa.ipc.new_stream(sink, rows.schema) as writer:
         writer.write_table(rows)
-    return pa.RecordBatch.from_pydict(
-        {"table": [table], "rows": [rows.num_rows], "chunk": [sink.getvalue().to_pybytes()]}, schema=CHUNK_SCHEMA
-    )
+    described = {"table": table.name, "path": path, "rows": rows.num_rows, "bytes": rows.nbytes}
+    return pa.RecordBatch.from_pylist([{**described, **chunk_stats(table, rows)}], schema=CHUNK_SCHEMA)
 
 
 def chunk_batches(
-    tables: Mapping[str, TableDef], truncated: frozenset[str], batches: Iterable[pa.RecordBatch]
+    tables: Mapping[str, TableDef], truncated: frozenset[str], folder: str, batches: Iterable[pa.RecordBatch]
 ) -> Iterator[pa.RecordBatch]:
     """Typed chunks of net changes from aggregated identities sorted by table (the ``mapInArrow`` function).
 
     Rows arrive grouped by table (the partition is sorted on it); each run of
-    one table is cut into chunks of at most :data:`CHUNK_ROWS` identities.
+    one table is cut into chunks of at most :data:`CHUNK_ROWS` identities, each
+    written to a file of its own in ``folder`` (an Arrow IPC stream) and
+    described by one output row: the compiled cycle goes to the driver as a
+    list of files, and the driver reads one table's files when it applies it.
     """
     pending: list[pa.RecordBatch] = []
     current: str | None = None
@@ -289,18 +312,19 @@ def chunk_batches(
             if i < len(names) and names[i] == names[start]:
                 continue
             if current is not None and (names[start] != current or held >= CHUNK_ROWS):
-                yield _flush(tables, truncated, current, pending)
+                yield _flush(tables, truncated, folder, current, pending)
                 pending, held = [], 0
             current = names[start]
             pending.append(batch.slice(start, i - start))
             held += i - start
             start = i
     if current is not None and pending:
-        yield _flush(tables, truncated, current, pending)
+        yield _flush(tables, truncated, folder, current, pending)
 
 
 def _flush(
-    tables: Mapping[str, TableDef], truncated: frozenset[str], name: str, pending: list[pa.RecordBatch]
+    tables: Mapping[str, TableDef], truncated: frozenset[str], folder: str, name: str, pending: list[pa.RecordBatch]
 ) -> pa.RecordBatch:
     rows = pa.Table.from_batches(pending)
-    return _chunk(name, final_table(rules_of(tables[name]), name in truncated, rows))
+    table = tables[name]
+    return _chunk(folder, table, final_table(rules_of(table), name in truncated, rows))

@@ -43,6 +43,7 @@ class CycleReport:
     restart_seq: int = 0
     driver_peak_rss_mib: float = 0.0
     queue: dict[str, Any] = field(default_factory=dict)
+    compiled_file_bytes: int = 0
 
     @contextmanager
     def phase(self, name: str) -> Iterator[None]:

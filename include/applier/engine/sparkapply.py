@@ -126,6 +126,7 @@ def apply_committed(
         with report.phase("tables"):
             load = target.apply_cycle(cycle_id, compiled, position)
     finally:
+        report.compiled_file_bytes = compiled.file_bytes
         compiled.close()
         if memory_file is not None:
             memory_file.unlink(missing_ok=True)

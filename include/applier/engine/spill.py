@@ -9,7 +9,9 @@ never whole (:func:`read_spill`). Names:
 - ``<configuration_name>_<safe xid>.spill``: an open transaction's rows;
 - ``<configuration_name>_<table id>.spill``: a compiled table waiting to be applied;
 - ``<configuration_name>_--committed.spill``: the rows of the transactions a
-  cycle commits that were still in memory, handed to Spark as one file.
+  cycle commits that were still in memory, handed to Spark as one file;
+- ``<configuration_name>_--compiled/``: a folder of the chunk files the
+  compile job writes (each table's net changes), removed with the cycle.
 """
 
 from __future__ import annotations
@@ -25,6 +27,8 @@ import pyarrow.ipc as ipc
 SPILL_SUFFIX = ".spill"
 COMMITTED_PART = "--committed"
 """The name part of the file of a cycle's committed rows from memory (``safe_xid`` never yields it)."""
+COMPILED_PART = "--compiled"
+"""The name part of the folder where the compile job writes a cycle's chunk files."""
 # Longer encodings are replaced by a hash so that a file name stays far below 255 bytes.
 _MAX_SAFE_LENGTH = 120
 # "--" never occurs in an escaped name ("-" is always followed by two hex digits),
