@@ -382,3 +382,14 @@ def test_generate_workload_refuses_sizing_for_profiles_that_do_not_take_it(tmp_p
         generate_workload(tmp_path, profile="many-open", columns=(5, 9))
     with pytest.raises(ValueError, match="columns=2-9"):
         generate_workload(tmp_path, profile="wide", columns=(2, 9))
+
+
+@pytest.mark.parametrize(("tables", "columns", "transactions"), [(1, (3, 3), 5), (2, (3, 4), 1), (3, (200, 300), 30)])
+def test_wide_runs_at_the_edges_of_its_options(
+    tmp_path: Path, tables: int, columns: tuple[int, int], transactions: int
+) -> None:
+    summary = generate_workload(
+        tmp_path, profile="wide", seed=2, tables=tables, columns=columns, transactions=transactions
+    )
+    assert scan_directory(tmp_path).rows == summary.rows
+    assert len(reference_apply(tmp_path)) == tables

@@ -15,6 +15,7 @@ import itertools
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
+from applier.generate.database import DRAINING
 from applier.generate.runner import RunState
 from applier.generate.session import COMMIT, LEAVE_OPEN, ROLLBACK
 from applier.generate.shapes.ops import Mine, Shaped
@@ -89,7 +90,7 @@ class WideRunner:
                 self._step()
             elif not self.truncates:
                 break
-            elif not self.shaped.db.idle(self.truncates[0][1].name):
+            else:
                 raise RuntimeError(f"wide workload stalled: {self.truncates[0][1].name} is never idle to truncate")
         if self.progress:
             self.progress(self.total, self.total)
@@ -113,7 +114,7 @@ class WideRunner:
         table = self.truncates[0][1]
         db = self.shaped.db
         db.gate(table.name)  # no new transaction changes it from now on
-        if not db.idle(table.name):
+        if db.gates[table.name] != DRAINING or not db.idle(table.name):  # another truncate may still own it
             return False
         self.truncates.pop(0)
         session = self.shaped.session(COMMIT)
