@@ -54,6 +54,9 @@ def test_keys_are_equal_exactly_for_equal_typed_values() -> None:
     assert comp.key('{"a": "1.5", "b": "AAE="}') == comp.key('{"a": "1.50", "b": "AAE="}')
     assert comp.key('{"a": "-0.0", "b": "AA=="}') == comp.key('{"a": "0", "b": "AA=="}')
     assert comp.key('{"a": "1.5", "b": "AAE="}') != comp.key('{"a": "1.5", "b": "AAI="}')
+    wide = rules_of(TableDef("s.w", (Column("d", "decimal(38,10)", False),), ("d",)))
+    most = "9" * 28 + "." + "9" * 10  # 38 digits: more than Python's default decimal context holds
+    assert wide.key(f'{{"d": "{most}"}}') == wide.key(f'{{"d": "{most}000"}}') == f'["{most}"]'.encode()
     same_instant = ('{"x": 1, "at": "2026-01-01T00:00:00Z"}', '{"x": 1.0, "at": "2026-01-01T00:00:00.000000Z"}')
     assert bag.key(same_instant[0]) == bag.key(same_instant[1])
     assert bag.key('{"x": "NaN", "at": null}') == bag.key('{"x": "NaN", "at": null}')

@@ -73,7 +73,7 @@ def test_compiled_tables_and_open_transactions_share_one_budget(tmp_path: Path) 
     figures = queue.cycle_figures()
     assert [(s["kind"], s["name"]) for s in figures["spooled"]] == [("tables", "s.t")]
     assert figures["memory_bytes"]["tables"] == 0 and figures["memory_bytes"]["transactions"] > 0
-    assert figures["peak_bytes"] > figures["budget_bytes"] >= queue.held
+    assert figures["budget_bytes"] >= figures["peak_bytes"] >= queue.held  # the peak is what stayed held
     changes = compiled["s.t"]  # read back from its spill file when applied
     assert changes.upserts.num_rows == 400 and queue.held_by_kind()["compiled"] > 0
     compiled.release("s.t")

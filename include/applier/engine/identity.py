@@ -84,6 +84,8 @@ _PY_TYPES: dict[str, Any] = {
     "binary": bytes,
 }
 _encode = msgspec.json.Encoder().encode
+# Room for any decimal(38, s) value: the default context keeps 28 digits.
+_DECIMALS = decimal.Context(prec=100)
 
 
 def _py_type(type_name: str) -> Any:
@@ -104,7 +106,7 @@ def _canonical_double(value: Any) -> Any:
 
 
 def _canonical_decimal(quantum: decimal.Decimal, value: Any) -> str:
-    number = decimal.Decimal(value).quantize(quantum)
+    number = decimal.Decimal(value).quantize(quantum, context=_DECIMALS)
     return str(abs(number) if number == 0 else number)
 
 

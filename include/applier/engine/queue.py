@@ -93,10 +93,15 @@ class MemoryQueue:
             self._spoolers.remove(spooler)
 
     def charge(self, kind: str, nbytes: int) -> None:
-        """Count ``nbytes`` more held of ``kind`` (call :meth:`make_room` after adding)."""
+        """Count ``nbytes`` more held of ``kind`` (call :meth:`make_room` after adding).
+
+        The peak counts what is held once room is made: a batch being added
+        above the budget spools at once and is not held.
+        """
         with self._lock:
             self._held[kind] += nbytes
-            self._cycle.peak = max(self._cycle.peak, self.held)
+            if self.held <= self.budget or kind == "compiled":
+                self._cycle.peak = max(self._cycle.peak, self.held)
 
     def release(self, kind: str, nbytes: int) -> None:
         """Count ``nbytes`` of ``kind`` no longer held."""
@@ -120,17 +125,23 @@ class MemoryQueue:
             if self.held <= self.budget:
                 break
             self._spoolers[i].spool(name)
+        self._cycle.peak = max(self._cycle.peak, self.held)
 
-    def start_cycle(self) -> None:
-        """Begin a cycle's figures; the peak starts from what is held now."""
-        self._cycle = _CycleFigures(peak=self.held)
+    def cycle_figures(self, *, reset: bool = False) -> dict[str, Any]:
+        """The figures since the last reset, for a cycle's report (``queue`` in ``cycles.jsonl``).
 
-    def cycle_figures(self) -> dict[str, Any]:
-        """The cycle's figures for its report (``queue`` in ``cycles.jsonl``)."""
-        return {
+        Args:
+            reset: start the next cycle's figures (its peak from what is held
+                now); what happens between two cycles (the restart's rebuild)
+                counts in the next one.
+        """
+        figures = {
             "budget_bytes": self.budget,
             "peak_bytes": self._cycle.peak,
             "memory_bytes": self.held_by_kind(),
             "spooled_bytes": dict(self._cycle.spooled_bytes),
             "spooled": [vars(s) for s in self._cycle.spooled],
         }
+        if reset:
+            self._cycle = _CycleFigures(peak=self.held)
+        return figures

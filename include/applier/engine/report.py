@@ -42,6 +42,7 @@ class CycleReport:
     applied_seq: int = 0
     restart_seq: int = 0
     driver_peak_rss_mib: float = 0.0
+    driver_start_rss_mib: float = 0.0
     queue: dict[str, Any] = field(default_factory=dict)
     compiled_file_bytes: int = 0
 
@@ -66,9 +67,14 @@ class CycleReport:
         )
 
 
+def peak_rss_mib() -> float:
+    """The driver process's peak resident memory so far, in MiB."""
+    return round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)
+
+
 def append_report(path: Path, report: CycleReport) -> None:
     """Append the cycle's JSON line (with the driver's peak memory so far) and log its readable line."""
-    report.driver_peak_rss_mib = round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)
+    report.driver_peak_rss_mib = peak_rss_mib()
     path.parent.mkdir(parents=True, exist_ok=True)
     with open(path, "a", encoding="utf-8") as fh:
         fh.write(json.dumps(asdict(report), sort_keys=True) + "\n")

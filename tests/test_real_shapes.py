@@ -1,0 +1,140 @@
+"""Real shapes, on both targets: hundreds of wide tables in one cycle, thousands of transactions open at once.
+
+Each result is compared row for row and type for type with the independent
+reference applier. The many-open runs are separate processes (``applier run``)
+so that the driver's peak memory is its own.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from applier.generate import generate_workload
+from applier.intermediate.schema import TableDef
+from engine_support import assert_target_equals_reference, make_config, run
+
+pytestmark = [pytest.mark.spark, pytest.mark.slow]
+
+REPO = Path(__file__).resolve().parents[1]
+QUEUE_MB = 16
+# What the driver may hold above the peak of a run of the same pairs in one
+# cycle (which buffers nothing): the queue's budget, plus the Python objects
+# of thousands of open transactions and the Arrow allocator's retained pages.
+OVERHEAD_MIB = 64
+
+
+@pytest.fixture(scope="module")
+def wide_stream(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    out = tmp_path_factory.mktemp("wide") / "in"
+    generate_workload(out, profile="wide", seed=7, tables=300, columns=(30, 45), transactions=1_200)
+    return out
+
+
+@pytest.fixture(scope="module")
+def many_open_stream(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    out = tmp_path_factory.mktemp("many") / "in"
+    generate_workload(out, profile="many-open", seed=1)
+    return out
+
+
+def test_a_cycle_over_300_wide_tables_runs_on_the_default_driver_memory(
+    tmp_path: Path, spark: Any, wide_stream: Path, target_settings: list[str]
+) -> None:
+    # The session of the tests sets no spark.driver.memory: Spark's default (1g).
+    assert spark.sparkContext.getConf().get("spark.driver.memory", None) is None
+    config = make_config(tmp_path, wide_stream, target_settings)
+    summary = run(config, spark)
+    assert summary.cycles_run == 1
+    (report,) = summary.reports
+    tables: dict[str, TableDef] = summary.checkpoint.tables
+    changed = [tables[name] for name in report.net_rows]
+    assert len(changed) >= 250 and min(len(t.columns) for t in changed) >= 30
+    assert sum(1 for t in changed if not t.primary_key) >= 20
+    assert_target_equals_reference(config, wide_stream)
+
+
+def _cli(config_path: Path) -> subprocess.Popen[bytes]:
+    env = {**os.environ, "SPARK_LOCAL_IP": "127.0.0.1", "PYSPARK_PYTHON": sys.executable}
+    return subprocess.Popen(
+        [sys.executable, "-m", "applier.cli", "run", "--config", str(config_path)],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        start_new_session=True,
+    )
+
+
+def _config_file(tmp_path: Path, stream: Path, name: str, settings: list[str], cycle_mb: float) -> Path:
+    lines = [
+        f"configuration_name: {name}",
+        f"intermediate_dir: {stream}",
+        f"output_dir: {tmp_path / 'out'}",
+        "apply:",
+        f"  queue_memory_mb: {QUEUE_MB}",
+        f"  process_intermediate_size_per_job: {cycle_mb}",
+        "spark:",
+        "  master: local[1]",
+        "target:",
+    ]
+    target = dict(s.split("=", 1) for s in settings) or {"target.type": "delta", "target.path": str(tmp_path / "t")}
+    lines += [f"  {key.split('.', 1)[1]}: '{value}'" for key, value in target.items()]
+    path = tmp_path / f"{name}.yaml"
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def _reports(tmp_path: Path, name: str) -> list[dict[str, Any]]:
+    path = tmp_path / "out" / name / "cycles.jsonl"
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+@pytest.fixture(scope="module")
+def one_cycle_peak_mib(tmp_path_factory: pytest.TempPathFactory, many_open_stream: Path) -> float:
+    """The driver's peak over the many-open pairs applied in one cycle: nothing is buffered across cycles."""
+    tmp_path = tmp_path_factory.mktemp("one")
+    process = _cli(_config_file(tmp_path, many_open_stream, "one", [], 0))
+    _, err = process.communicate(timeout=900)
+    assert process.returncode == 0, err.decode()[-2000:]
+    (report,) = _reports(tmp_path, "one")
+    assert report["committed"] >= 3_900
+    return float(report["driver_peak_rss_mib"])
+
+
+def test_4000_open_transactions_spool_under_a_16_mb_queue_and_survive_sigkill(
+    tmp_path: Path, many_open_stream: Path, target_settings: list[str], one_cycle_peak_mib: float
+) -> None:
+    config_path = _config_file(tmp_path, many_open_stream, "many", target_settings, 0.2)
+    spill_dir = tmp_path / "out" / "many" / "tmp"
+    first = _cli(config_path)
+    deadline = time.monotonic() + 900
+    while not list(spill_dir.glob("many_*.spill")) and first.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert first.poll() is None, "the run ended before any transaction spooled"
+    os.killpg(first.pid, signal.SIGKILL)
+    first.wait()
+    killed_lines = len(_reports(tmp_path, "many")) if (tmp_path / "out" / "many" / "cycles.jsonl").exists() else 0
+
+    second = _cli(config_path)
+    _, err = second.communicate(timeout=900)
+    assert second.returncode == 0, err.decode()[-2000:]
+
+    assert_target_equals_reference(make_config(tmp_path, many_open_stream, target_settings), many_open_stream)
+    assert not list(spill_dir.glob("*.spill")) and not list(spill_dir.glob("*--compiled"))
+    reports = _reports(tmp_path, "many")
+    most_open = max(r["open"] for r in reports)
+    assert most_open >= 3_900
+    spooled = {s["name"]: s["file"] for r in reports for s in r["queue"]["spooled"] if s["kind"] == "transactions"}
+    assert len(spooled) >= 100 and all(file.startswith("many_") for file in spooled.values())
+    resumed = reports[killed_lines:]
+    assert all(r["queue"]["peak_bytes"] <= QUEUE_MB * 2**20 for r in resumed)
+    peak = max(r["driver_peak_rss_mib"] for r in resumed)
+    assert peak <= one_cycle_peak_mib + QUEUE_MB + OVERHEAD_MIB, (peak, one_cycle_peak_mib)
