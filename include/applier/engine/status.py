@@ -57,7 +57,8 @@ def _open_transactions(config: Config, checkpoint: Checkpoint) -> list[OpenTxnSt
         for xid, count, size in zip(*(sums[c].to_pylist() for c in ("xid", "bytes_count", "bytes_sum")), strict=True):
             rows[xid] += count
             sizes[xid] += size
-    limit = config.apply.buffer_size_for_split_records
+    # What a transaction of this size does by its own rule (the queue may spool more when full).
+    limit = min(config.apply.buffer_size_for_split_records, config.queue_memory_bytes // 2)
     return [
         OpenTxnStatus(x, rows[x], sizes[x], s, reread.begun_at.get(x), sizes[x] > limit)
         for x, s in sorted(open_xids.items())
