@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pyarrow as pa
+import pyarrow.parquet as pq
 
 from applier.engine.buffers import TransactionBuffers
 from applier.engine.compiled import CompiledCycle
@@ -93,3 +95,61 @@ def test_committed_rows_in_memory_are_written_once_to_the_committed_file(tmp_pat
         ("a", 1), ("a", 2), ("a", 3), ("c", 20)
     ]
     assert [t.xid for t in buffers.open_transactions()] == ["b"]
+
+
+def _pair_rows(batch: int, transactions: int) -> pa.Table:
+    """One pair's rows: one row for each of ``transactions`` open transactions, realistic images."""
+    images = [
+        json.dumps(
+            {"id": batch * transactions + t, "customer_id": t, "status": "pending", "amount": f"{t % 997}.50",
+             "note": f"order {t} of batch {batch}"}
+        )
+        for t in range(transactions)
+    ]
+    return pa.table(
+        {
+            "lsn": pa.array(range(batch * transactions, (batch + 1) * transactions), pa.int64()),
+            "xid": [f"{1_000_000 + t}" for t in range(transactions)],
+            "table": ["shop.orders"] * transactions,
+            "op": ["I"] * transactions,
+            "before": pa.nulls(transactions, pa.string()),
+            "after": images,
+        },
+        schema=DAT_SCHEMA,
+    )
+
+
+def _parquet_bytes(rows: pa.Table) -> int:
+    sink = pa.BufferOutputStream()
+    pq.write_table(rows, sink)
+    return int(sink.getvalue().size)
+
+
+# A buffered row costs its logical bytes (8 for the lsn plus its strings) times
+# at most this factor, plus Arrow's offsets and validity bits (21 bytes a row).
+ROW_FACTOR = 1.25
+ROW_OVERHEAD = 24
+
+
+def test_a_buffered_row_costs_what_it_weighs_with_thousands_of_small_transactions_or_one_large(
+    tmp_path: Path,
+) -> None:
+    pairs, transactions = 25, 4_000
+    for shape in ("many small", "one large"):
+        queue = MemoryQueue(10**10)
+        buffers = TransactionBuffers(tmp_path / shape, "cfg", buffer_size=10**9, queue=queue)
+        before = pa.total_allocated_bytes()
+        for batch in range(pairs):
+            rows = _pair_rows(batch, transactions)
+            if shape == "one large":
+                rows = rows.set_column(1, "xid", pa.array(["1"] * transactions))
+            buffers.add(rows, seq=batch + 1)
+        held = pa.total_allocated_bytes() - before
+        logical = buffers.memory_bytes
+        count = pairs * transactions
+        assert held <= ROW_FACTOR * logical + ROW_OVERHEAD * count, (shape, held / count, logical / count)
+        assert abs(queue.held - held) <= 0.1 * held  # the queue is charged what Arrow really holds
+        # Against the pair, whose Parquet compresses JSON images about fivefold: at most six times its share.
+        in_pair = _parquet_bytes(_pair_rows(0, transactions)) / transactions
+        assert held / count <= 6 * in_pair, (shape, held / count, in_pair)
+        buffers.close()
