@@ -10,16 +10,69 @@ A reader that resumes re-reads pairs from its ``restart_seq``; transactions
 that began before that pair are already settled. The validator is told up to
 which pair the stream was checked before (``trusted_through_seq``) and lets
 rows and end events of such transactions pass there, and only there.
+
+Ended transactions are remembered for a bounded window only, the last
+:data:`ENDED_XIDS_KEPT` xids to end (:class:`EndedXids`), so that a run of any
+length holds the same memory. A restart already knew only the transactions
+ended since its ``restart_seq``; the window keeps that trade-off bounded
+within a run too. Within the window a second begin or end and a row after the
+end are refused by name (``second-begin``, ``second-end``, ``row-after-end``).
+Beyond it, a row or an end event of a forgotten xid is neither open nor
+remembered and is still refused, as ``row-without-begin`` or
+``end-without-begin``; only a begin of a long-forgotten xid passes, as a new
+transaction (what a source that reuses xids, as PostgreSQL's do after
+wrap-around, needs anyway).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+from collections import deque
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 
 from applier.errors import IncompatibleSchemaChangeError, InvalidChangeError, TransactionSequenceError
 from applier.intermediate.reader import Pair
 from applier.intermediate.schema import TableDef, evolution_problem
+
+# The window of ended xids. 100,000 xids take about 12 MB (an xid string, a set
+# slot and a deque slot each: measured with 12-character xids), cover the last
+# few pairs even of small transactions (a 16 MiB pair holds some tens of
+# thousands), and are far more than a defect needs to be caught: an extractor
+# that repeats an xid repeats a recent one, and one that repeats a whole old
+# stretch is caught by its lsns. Counted in xids, not pairs, because the number
+# of transactions in a pair is the extractor's choice, so a window of pairs
+# would not bound memory.
+ENDED_XIDS_KEPT = 100_000
+
+
+class EndedXids:
+    """The xids that ended most recently, at most ``limit`` of them (the oldest are forgotten first).
+
+    Args:
+        limit: how many xids are kept.
+    """
+
+    def __init__(self, limit: int = ENDED_XIDS_KEPT) -> None:
+        if limit < 1:
+            raise ValueError(f"limit must be at least 1, got {limit}")
+        self.limit = limit
+        self._order: deque[str] = deque()
+        self._members: set[str] = set()
+
+    def __contains__(self, xid: object) -> bool:
+        return xid in self._members
+
+    def __len__(self) -> int:
+        return len(self._members)
+
+    def add_all(self, xids: Iterable[str]) -> None:
+        """Remember ``xids`` as the latest to end, forgetting the oldest beyond the limit."""
+        for xid in xids:
+            if xid not in self._members:
+                self._members.add(xid)
+                self._order.append(xid)
+        while len(self._order) > self.limit:
+            self._members.discard(self._order.popleft())
 
 
 @dataclass
@@ -28,7 +81,7 @@ class StreamState:
 
     last_lsn: int | None = None
     open_xids: dict[str, int] = field(default_factory=dict)  # xid -> seq of its begin
-    ended_xids: set[str] = field(default_factory=set)
+    ended_xids: EndedXids = field(default_factory=EndedXids)  # the latest to end, bounded
     tables: dict[str, TableDef] = field(default_factory=dict)
 
 
@@ -53,6 +106,7 @@ class StreamValidator:
         tables: table definitions already known (from the target or a checkpoint).
         last_lsn: the largest lsn of the pair before the first one to be checked.
         trusted_through_seq: pairs up to this one were checked by an earlier run.
+        ended_xids_kept: how many ended xids are remembered (see the module docstring).
     """
 
     def __init__(
@@ -60,8 +114,9 @@ class StreamValidator:
         tables: Mapping[str, TableDef] | None = None,
         last_lsn: int | None = None,
         trusted_through_seq: int = 0,
+        ended_xids_kept: int = ENDED_XIDS_KEPT,
     ) -> None:
-        self.state = StreamState(last_lsn=last_lsn, tables=dict(tables or {}))
+        self.state = StreamState(last_lsn=last_lsn, tables=dict(tables or {}), ended_xids=EndedXids(ended_xids_kept))
         self.trusted_through_seq = trusted_through_seq
 
     def check(self, pair: Pair) -> None:
@@ -80,7 +135,7 @@ class StreamValidator:
             self._check_tables(pair)
         open_xids, ended = self._check_transactions(pair)
         self.state.open_xids = open_xids
-        self.state.ended_xids |= ended
+        self.state.ended_xids.add_all(ended)
         if not trusted:
             self.state.tables.update(pair.tables)
         lsn_range = pair.lsn_range()
@@ -111,9 +166,9 @@ class StreamValidator:
                     pair.ref.dat_path, pair.seq, "schema-change-incompatible", f"table {name}: {problem}"
                 )
 
-    def _check_transactions(self, pair: Pair) -> tuple[dict[str, int], set[str]]:
+    def _check_transactions(self, pair: Pair) -> tuple[dict[str, int], dict[str, None]]:
         open_xids = dict(self.state.open_xids)
-        ended: set[str] = set()
+        ended: dict[str, None] = {}  # in the order they end, so the window forgets the oldest first
         trusted = pair.seq <= self.trusted_through_seq
         for lsn, kind, xid in _merged(pair):
             done = xid in ended or xid in self.state.ended_xids
@@ -130,7 +185,7 @@ class StreamValidator:
                 problem = (code, f"a {kind} without a begin")
             elif kind != "row":
                 open_xids.pop(xid, None)
-                ended.add(xid)
+                ended[xid] = None
             if problem:
                 raise TransactionSequenceError(
                     pair.ref.trn_path if kind != "row" else pair.ref.dat_path,
