@@ -156,14 +156,14 @@ def run(args: argparse.Namespace) -> int:
     summary = run_applier(config, max_cycles=args.max_cycles, run_key=args.run_key)
     cp = summary.checkpoint
     if summary.replay:
-        outcomes = [o for cycle in summary.cycles for o in cycle.tables.values()]
+        outcomes = summary.table_outcomes
         print(
-            f"replayed run {summary.run_key}: {len(summary.cycles)} cycles, {outcomes.count('reapplied')} table "
-            f"changes reapplied, {outcomes.count('verified')} verified; checkpoint unchanged at cycle {cp.cycle_id}"
+            f"replayed run {summary.run_key}: {summary.cycles_recorded} cycles, {outcomes.get('reapplied', 0)} table "
+            f"changes reapplied, {outcomes.get('verified', 0)} verified; checkpoint unchanged at cycle {cp.cycle_id}"
         )
     else:
         print(
-            f"{len(summary.reports)} cycles; applied through pair {cp.applied_seq} "
+            f"{summary.cycles_run} cycles; applied through pair {cp.applied_seq} "
             f"(commit lsn {cp.applied_commit_lsn}), restart at pair {cp.restart_seq}"
         )
     if summary.pruned_pairs:

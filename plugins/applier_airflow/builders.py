@@ -322,25 +322,35 @@ def run_figures(record: RunRecord, validation: Mapping[str, Any] | None) -> dict
         rows per table and operation summed over the cycles, the changed
         tables and the validation result.
     """
-    cycles = list(record.cycles)
+    # One pass over the cycles, which a record read from the ledger streams from its file.
     net: dict[str, dict[str, int]] = {}
-    for cycle in cycles:
+    cycle_ids: list[int] = []
+    pairs, first_seq, last_seq = 0, None, None
+    before: dict[str, Any] | None = None
+    after: dict[str, Any] | None = None
+    for cycle in record.cycles:
         for table, ops in cycle.net_rows.items():
             into = net.setdefault(table, {})
             for op, n in ops.items():
                 into[op] = into.get(op, 0) + n
-    seqs = [s for c in cycles for s in c.seqs]
+        cycle_ids.append(cycle.cycle_id)
+        if cycle.seqs:
+            pairs += len(cycle.seqs)
+            first_seq = min(cycle.seqs) if first_seq is None else min(first_seq, *cycle.seqs)
+            last_seq = max(cycle.seqs) if last_seq is None else max(last_seq, *cycle.seqs)
+        before = dict(cycle.before) if before is None else before
+        after = cycle.after
     return {
         "run_key": record.run_key,
         "mode": record.mode,
         "status": record.status,
-        "cycles": len(cycles),
-        "cycle_ids": [c.cycle_id for c in cycles],
-        "pairs": len(seqs),
-        "first_seq": min(seqs) if seqs else None,
-        "last_seq": max(seqs) if seqs else None,
-        "before": dict(cycles[0].before) if cycles else None,
-        "after": dict(cycles[-1].after) if cycles else None,
+        "cycles": len(cycle_ids),
+        "cycle_ids": cycle_ids,
+        "pairs": pairs,
+        "first_seq": first_seq,
+        "last_seq": last_seq,
+        "before": before,
+        "after": dict(after) if after is not None else None,
         "net_rows": {t: dict(sorted(ops.items())) for t, ops in sorted(net.items())},
         "changed_tables": changed_tables(record),
         "validation": "skipped" if validation is None else ("passed" if validation.get("success") else "failed"),

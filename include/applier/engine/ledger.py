@@ -6,11 +6,15 @@ once its record is finished replays exactly those cycles
 (:mod:`applier.engine.replay`); a record left running or failed (a crash, a
 retry) is continued by a normal run under the same key.
 
-Layout: one JSON file per run key, ``<work_dir>/ledger/<safe key>.json``,
-replaced atomically like the checkpoint (write, fsync, rename). The safe key is
-the key with every character outside ``[A-Za-z0-9_-]`` replaced by ``_`` (at
-most 64 of them), ``-``, and 12 hex digits of the key's SHA-256, so no two keys
-share a file and no key leaves the folder::
+Layout, in ``<work_dir>/ledger/``, per run key: a header ``<safe key>.json``,
+replaced atomically like the checkpoint (write, fsync, rename) when an attempt
+begins and ends, and its cycles, one JSON line each appended as they commit
+(:mod:`applier.engine.ledger_cycles`), in ``<safe key>.cycles.jsonl``; table
+definitions are stored once in ``definitions/``. Recording a cycle appends one
+line, whatever the run's length. The safe key is the key with every character
+outside ``[A-Za-z0-9_-]`` replaced by ``_`` (at most 64 of them), ``-``, and 12
+hex digits of the key's SHA-256, so no two keys share a file and no key leaves
+the folder. The header::
 
     {
       "run_key": "scheduled__2026-11-21T10:00:00+00:00",
@@ -21,25 +25,16 @@ share a file and no key leaves the folder::
       "attempts": 1,                 # attempts under this key (retries, replays)
       "error": null,                 # the failed attempt's message
       "pruned_pairs": [1, 2],        # pairs intermediate retention deleted after this run
-      "definitions": {"<digest>": {"shop.orders": {"columns": [...], "primary_key": ["id"]}}},
-      "cycles": [
-        {"cycle_id": 4, "seqs": [7, 8], "committed_at": "2026-11-21T10:00:41.5+00:00",
-         "before": {"cycle_id": 3, "applied_seq": 6, "applied_commit_lsn": 918, "restart_seq": 5,
-                    "last_lsn": 940, "committed_at": "...", "row_counts": {...},
-                    "table_cycles": {"shop.orders": 3}, "tables": "<digest>"},
-         "after": {... the checkpoint written after the cycle ...},
-         "net_rows": {"shop.orders": {"I": 3, "U": 1}},
-         "tables": {"shop.orders": "applied"}}    # applied | skipped | reapplied | verified
-      ]
+      "cycles_file": "<safe key>.cycles.jsonl"
     }
 
-``before`` and ``after`` are whole checkpoints (:meth:`Checkpoint.to_json`)
-except their table definitions, which rarely change: those are stored once in
-``definitions`` under a digest of their JSON, and named by it. In memory
-(:class:`LedgerCycle`) they are whole checkpoint dicts.
+Records written before (one file holding ``cycles`` and ``definitions``) are
+still read, and take this layout when their key runs again.
 
 Intermediate retention (:func:`prune_intermediate`) lives here too: what it may
-delete follows from the ledger.
+delete follows from the ledger. Records are read once per run (retention, a
+replay, the refusal of a restored target), never per cycle, and their cycles
+are streamed from their files.
 """
 
 from __future__ import annotations
@@ -48,21 +43,23 @@ import datetime as dt
 import hashlib
 import json
 import re
-from collections.abc import Callable, Iterable, Mapping
-from dataclasses import asdict, dataclass, field
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any, Literal
 
 from applier.engine.checkpoint import Checkpoint, write_atomically
-from applier.engine.report import CycleReport
+from applier.engine.ledger_cycles import CycleLog, CycleTally, Definitions
+from applier.engine.ledger_cycles import LedgerCycle as LedgerCycle
+from applier.engine.ledger_cycles import TableOutcome as TableOutcome
 from applier.errors import TargetError, UsageError
 from applier.intermediate.pairs import pair_name
 
 RunStatus = Literal["running", "finished", "failed"]
 RunMode = Literal["apply", "replay"]
-TableOutcome = Literal["applied", "skipped", "reapplied", "verified"]
 Clock = Callable[[], dt.datetime]
 
+CYCLES_SUFFIX = ".cycles.jsonl"
 _UNSAFE = re.compile(r"[^A-Za-z0-9_-]")
 _MAX_KEY = 250
 
@@ -90,60 +87,12 @@ def safe_file_name(run_key: str) -> str:
 
 
 @dataclass
-class LedgerCycle:
-    """One committed cycle of a run, as recorded.
-
-    Attributes:
-        cycle_id: the cycle.
-        seqs: the pairs it took.
-        before: the checkpoint before it (``Checkpoint.to_json()``).
-        after: the checkpoint it wrote.
-        committed_at: when it was committed (ISO 8601, UTC).
-        net_rows: table -> {operation: net rows}.
-        tables: table -> what happened to it: ``applied`` or ``skipped`` (the
-            table already held the cycle) by a run, ``reapplied`` or
-            ``verified`` by the last replay.
-    """
-
-    cycle_id: int
-    seqs: list[int]
-    before: dict[str, Any]
-    after: dict[str, Any]
-    committed_at: str
-    net_rows: dict[str, dict[str, int]] = field(default_factory=dict)
-    tables: dict[str, TableOutcome] = field(default_factory=dict)
-
-    @staticmethod
-    def of(before: Checkpoint, after: Checkpoint, report: CycleReport) -> LedgerCycle:
-        """The record of a cycle just committed (``after`` stamped with its commit time)."""
-        skipped = set(report.skipped_tables)
-        return LedgerCycle(
-            cycle_id=after.cycle_id,
-            seqs=list(report.seqs),
-            before=before.to_json(),
-            after=after.to_json(),
-            committed_at=_stamp(after),
-            net_rows={t: dict(ops) for t, ops in report.net_rows.items()},
-            tables={t: "skipped" if t in skipped else "applied" for t in sorted(report.net_rows)},
-        )
-
-    def committed(self) -> dt.datetime:
-        """``committed_at`` as a moment."""
-        return dt.datetime.fromisoformat(self.committed_at)
-
-    def before_checkpoint(self) -> Checkpoint:
-        """The checkpoint a restart before this cycle would have loaded."""
-        return Checkpoint.from_json(self.before)
-
-    def replay_window(self) -> list[int]:
-        """Every pair a replay of this cycle reads: the restart window before it, then its own."""
-        window = range(int(self.before["restart_seq"]), int(self.before["applied_seq"]) + 1)
-        return sorted({*window, *self.seqs})
-
-
-@dataclass
 class RunRecord:
-    """The ledger's record of one run key (see the module docstring for the JSON)."""
+    """The ledger's record of one run key (see the module docstring for the files).
+
+    ``cycles`` is, for a record read from the ledger, its :class:`CycleLog`
+    (read from the file when walked); a record built in memory holds a list.
+    """
 
     run_key: str
     status: RunStatus
@@ -151,7 +100,7 @@ class RunRecord:
     started_at: str
     finished_at: str | None = None
     error: str | None = None
-    cycles: list[LedgerCycle] = field(default_factory=list)
+    cycles: Sequence[LedgerCycle] = field(default_factory=list)
     attempts: int = 1
     pruned_pairs: list[int] = field(default_factory=list)
 
@@ -163,32 +112,25 @@ class RunRecord:
     @property
     def pair_range(self) -> tuple[int, int] | None:
         """The first and last pair its cycles took; None without cycles."""
-        seqs = [s for c in self.cycles for s in c.seqs]
-        return (min(seqs), max(seqs)) if seqs else None
+        low = high = None
+        for cycle in self.cycles:
+            if cycle.seqs:
+                low = min(cycle.seqs) if low is None else min(low, *cycle.seqs)
+                high = max(cycle.seqs) if high is None else max(high, *cycle.seqs)
+        return (low, high) if low is not None and high is not None else None
 
     def to_json(self) -> dict[str, Any]:
-        data = asdict(self)
-        definitions: dict[str, Any] = {}
-        for cycle in data["cycles"]:
-            for side in ("before", "after"):
-                tables = cycle[side].get("tables", {})
-                digest = hashlib.sha256(json.dumps(tables, sort_keys=True).encode()).hexdigest()[:16]
-                definitions[digest] = tables
-                cycle[side]["tables"] = digest
-        data["definitions"] = definitions
-        return data
+        """The header: every field but the cycles, and the name of the cycles' file."""
+        data = {f.name: getattr(self, f.name) for f in fields(self) if f.name != "cycles"}
+        data["pruned_pairs"] = list(self.pruned_pairs)
+        return {**data, "cycles_file": safe_file_name(self.run_key).removesuffix(".json") + CYCLES_SUFFIX}
 
     @staticmethod
     def from_json(data: Mapping[str, Any]) -> RunRecord:
+        """A record from its header, or from a whole record of the one-file layout (with its cycles)."""
+        fields = {k: v for k, v in data.items() if k not in ("cycles", "definitions", "cycles_file")}
         definitions = data.get("definitions", {})
-
-        def loaded(position: Mapping[str, Any]) -> dict[str, Any]:
-            return {**position, "tables": definitions[position["tables"]]}
-
-        cycles = [
-            LedgerCycle(**{**c, "before": loaded(c["before"]), "after": loaded(c["after"])}) for c in data["cycles"]
-        ]
-        fields = {k: v for k, v in data.items() if k not in ("cycles", "definitions")}
+        cycles = [LedgerCycle.from_line(c, definitions) for c in data.get("cycles", [])]
         return RunRecord(**fields, cycles=cycles)
 
 
@@ -201,10 +143,15 @@ class RunLedger:
 
     def __init__(self, work_dir: Path) -> None:
         self.directory = work_dir / "ledger"
+        self.definitions = Definitions(self.directory / "definitions")
 
     def path(self, run_key: str) -> Path:
-        """The file of ``run_key``'s record."""
+        """The header file of ``run_key``'s record."""
         return self.directory / safe_file_name(run_key)
+
+    def cycle_log(self, run_key: str) -> CycleLog:
+        """The cycles of ``run_key``'s record, in ``<safe key>.cycles.jsonl``."""
+        return CycleLog(self.path(run_key).with_suffix(CYCLES_SUFFIX), self.definitions)
 
     def get(self, run_key: str) -> RunRecord | None:
         """The record of ``run_key``, or None.
@@ -213,23 +160,30 @@ class RunLedger:
             TargetError: the record's file cannot be read (naming it).
         """
         path = self.path(run_key)
-        return _read(path) if path.exists() else None
+        return self._read(path) if path.exists() else None
 
     def records(self, written_after: dt.datetime | None = None) -> list[RunRecord]:
-        """The records, in the order the runs first started.
+        """The records, in the order the runs first started (their cycles are read when walked).
 
         Args:
-            written_after: only records whose file was written after this moment
-                (the others hold no cycle committed after it); None: all.
+            written_after: only records whose files were written after this
+                moment (the others hold no cycle committed after it); None: all.
         """
         paths = sorted(self.directory.glob("*.json")) if self.directory.is_dir() else []
         if written_after is not None:
-            paths = [p for p in paths if dt.datetime.fromtimestamp(p.stat().st_mtime, dt.UTC) > written_after]
-        return sorted((_read(p) for p in paths), key=lambda r: (r.started_at, r.run_key))
+            paths = [p for p in paths if _written(p) > written_after]
+        return sorted((self._read(p) for p in paths), key=lambda r: (r.started_at, r.run_key))
 
     def save(self, record: RunRecord) -> None:
-        """Write ``record`` atomically."""
+        """Write ``record`` atomically: its header, and its cycles unless they are read from its file.
+
+        The cycles are written before the header, so a crash in between leaves
+        a record of the one-file layout still read whole from its header.
+        """
         self.directory.mkdir(parents=True, exist_ok=True)
+        log = self.cycle_log(record.run_key)
+        if not (isinstance(record.cycles, CycleLog) and record.cycles.path == log.path):
+            log.replace(record.cycles)
         write_atomically(self.path(record.run_key), record.to_json())
 
     def begin(self, run_key: str, mode: RunMode, now: dt.datetime) -> RunRecord:
@@ -241,7 +195,7 @@ class RunLedger:
             now: the attempt's start.
 
         Returns:
-            The record, saved with status ``running``.
+            The record, saved with status ``running``, its cycles read from its file.
         """
         check_run_key(run_key)
         record = self.get(run_key)
@@ -250,6 +204,7 @@ class RunLedger:
         record.status, record.mode, record.error, record.finished_at = "running", mode, None, None
         record.attempts += 1
         self.save(record)
+        record.cycles = self.cycle_log(run_key)
         return record
 
     def end(self, record: RunRecord, now: dt.datetime, error: BaseException | None = None) -> None:
@@ -259,47 +214,83 @@ class RunLedger:
         record.finished_at = now.isoformat()
         self.save(record)
 
+    def set_outcomes(self, record: RunRecord, plans: Iterable[Mapping[str, TableOutcome]]) -> CycleTally:
+        """Replace the table outcomes of ``record``'s cycles with ``plans`` (a replay's), in one rewrite.
+
+        Returns:
+            The tally of the cycles as now recorded.
+
+        Raises:
+            ValueError: ``plans`` are not one per cycle.
+        """
+        tally = CycleTally()
+
+        def updated() -> Iterable[LedgerCycle]:
+            for cycle, plan in zip(record.cycles, plans, strict=True):
+                cycle.tables = dict(plan)
+                tally.append(cycle)
+                yield cycle
+
+        self.cycle_log(record.run_key).replace(updated())
+        record.cycles = self.cycle_log(record.run_key)
+        return tally
+
     def keys_holding(self, first_cycle: int, last_cycle: int) -> list[str]:
         """The run keys, in start order, whose cycles include one of ``first_cycle..last_cycle``."""
         return [r.run_key for r in self.records() if any(first_cycle <= c.cycle_id <= last_cycle for c in r.cycles)]
 
+    def _read(self, path: Path) -> RunRecord:
+        try:
+            data = json.loads(path.read_text(encoding="utf-8"))
+            record = RunRecord.from_json(data)
+        except (OSError, ValueError, KeyError, TypeError) as e:
+            raise TargetError(f"run ledger record {path} cannot be read: {e}") from e
+        if "cycles" not in data:  # the one-file layout holds its cycles; this one reads them from their file
+            record.cycles = self.cycle_log(record.run_key)
+        return record
+
 
 class RunJournal:
-    """One keyed run's record, saved to the ledger as each cycle is committed.
+    """One keyed run's record, to which each cycle is appended as it is committed.
+
+    Holds no cycle in memory: recording a cycle appends one line to the
+    record's cycles file.
 
     Args:
-        ledger: where the record is saved.
+        ledger: where the record is kept.
         record: the run's record (from :meth:`RunLedger.begin`).
     """
 
     def __init__(self, ledger: RunLedger, record: RunRecord) -> None:
         self.ledger = ledger
         self.record = record
+        self.log = ledger.cycle_log(record.run_key)
 
     def forget_after(self, cycle_id: int) -> None:
-        """Drop recorded cycles past the checkpoint: a crash came before their checkpoint, they run again."""
-        kept = [c for c in self.record.cycles if c.cycle_id <= cycle_id]
-        if len(kept) != len(self.record.cycles):
-            self.record.cycles = kept
-            self.ledger.save(self.record)
+        """Drop recorded cycles past the checkpoint: a crash came before their checkpoint, they run again.
 
-    def add(self, cycle: LedgerCycle) -> None:
-        """Record a cycle, durably, before its checkpoint is written."""
-        self.record.cycles.append(cycle)
-        self.ledger.save(self.record)
+        Cycles are appended in order, so only the last one is looked at unless
+        the file must be rewritten (at most once, at a run's start); a line
+        whose append a crash cut short is dropped too.
+        """
+        last = self.log.last(1)
+        if self.log.torn() or (last and last[0].cycle_id > cycle_id):
+            self.log.replace(c for c in self.log if c.cycle_id <= cycle_id)
+
+    def add(self, cycle: LedgerCycle) -> int:
+        """Record a cycle, durably, before its checkpoint is written.
+
+        Returns:
+            The bytes appended to the record's cycles file.
+        """
+        return self.log.append(cycle)
 
 
-def _stamp(checkpoint: Checkpoint) -> str:
-    if not checkpoint.committed_at:
-        raise ValueError(f"cycle {checkpoint.cycle_id}: the checkpoint to record carries no commit time")
-    return checkpoint.committed_at
-
-
-def _read(path: Path) -> RunRecord:
-    try:
-        return RunRecord.from_json(json.loads(path.read_text(encoding="utf-8")))
-    except (OSError, ValueError, KeyError, TypeError) as e:
-        raise TargetError(f"run ledger record {path} cannot be read: {e}") from e
+def _written(path: Path) -> dt.datetime:
+    """When a record was last written: its header or its cycles file, whichever is newer."""
+    cycles = path.with_suffix(CYCLES_SUFFIX)
+    mtime = max(path.stat().st_mtime, cycles.stat().st_mtime if cycles.exists() else 0.0)
+    return dt.datetime.fromtimestamp(mtime, dt.UTC)
 
 
 # Intermediate retention.

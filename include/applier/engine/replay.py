@@ -21,13 +21,17 @@ buffers on, as the original run did. A replay never touches the checkpoint,
 the intent, ``cycles.jsonl`` or the cycle numbering: the checkpoint is already
 past these cycles. What it did is written back into the record (mode
 ``replay``, each table ``verified`` or ``reapplied``).
+
+The record's cycles are streamed from its file, once to plan, once to re-run
+and once to write the outcomes back; only the plans (table -> outcome, per
+cycle) are held for the whole replay.
 """
 
 from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from applier.config import Config
@@ -82,7 +86,7 @@ def plan_replay(record: RunRecord, held: Mapping[str, int]) -> list[dict[str, Ta
     return plans
 
 
-def _check_pairs_present(config: Config, ledger: RunLedger, record: RunRecord, cycles: list[LedgerCycle]) -> None:
+def _check_pairs_present(config: Config, ledger: RunLedger, record: RunRecord, cycles: Iterable[LedgerCycle]) -> None:
     """Refuse, before anything is written, a replay whose pairs are gone.
 
     Raises:
@@ -119,19 +123,22 @@ class ReplayApplier(Applier):
         self,
         record: RunRecord,
         plans: list[dict[str, TableOutcome]],
+        summary: RunSummary,
         on_cycle: Callable[[CycleReport], None] | None = None,
-    ) -> list[CycleReport]:
+    ) -> None:
         """Re-run the cycles of ``record`` that have a table to reapply, in order.
 
-        Returns:
-            The reports of the cycles re-run.
+        Args:
+            record: the finished run's record.
+            plans: per recorded cycle, what the replay does to each table.
+            summary: where the reports of the cycles re-run go.
+            on_cycle: called with each of those reports.
 
         Raises:
             GapError: a pair of a cycle is missing.
             IntermediateFileError: a pair no longer reads as it did.
             TargetError: the target failed.
         """
-        reports: list[CycleReport] = []
         position: tuple[Checkpoint, StreamValidator] | None = None  # where the last re-run cycle left off
         try:
             for cycle, plan in zip(record.cycles, plans, strict=True):
@@ -139,13 +146,12 @@ class ReplayApplier(Applier):
                     position = None  # the next cycle re-run starts afresh from its recorded position
                     continue
                 position, report = self._replay_cycle(record.run_key, cycle, position)
-                reports.append(report)
+                summary.add_report(report)
                 if on_cycle:
                     on_cycle(report)
         finally:
             self.buffers.close()
             self.checker.close()
-        return reports
 
     def _replay_cycle(
         self, run_key: str, cycle: LedgerCycle, position: tuple[Checkpoint, StreamValidator] | None
@@ -211,12 +217,14 @@ def replay_run(
         target: the target, possibly restored to an earlier state.
         ledger: the run ledger (to name the run that pruned a missing pair).
         record: the finished run's record; its cycles' table outcomes are
-            replaced by the replay's (the caller saves it).
+            replaced by the replay's, in its cycles file (the caller saves
+            its header).
         on_cycle: called with the report of each cycle re-run.
 
     Returns:
-        The summary: ``replay`` True, the record's cycles with their outcomes,
-        the reports of the cycles re-run and the (unchanged) checkpoint.
+        The summary: ``replay`` True, the record's cycles with their outcomes
+        (the last ones, and counts over all), the reports of the cycles re-run
+        and the (unchanged) checkpoint.
 
     Raises:
         TargetError: a table is not where a cycle to reapply found it, or the target failed.
@@ -224,24 +232,18 @@ def replay_run(
     """
     tables = sorted({t for cycle in record.cycles for t in cycle.tables})
     plans = plan_replay(record, target.committed_cycles(tables))
-    to_reapply = [c for c, plan in zip(record.cycles, plans, strict=True) if "reapplied" in plan.values()]
+    to_reapply = (c for c, plan in zip(record.cycles, plans, strict=True) if "reapplied" in plan.values())
     _check_pairs_present(config, ledger, record, to_reapply)
     applier = ReplayApplier(config, spark, target)
-    leftovers = applier.buffers.clear_leftovers()
-    reports = applier.replay(record, plans, on_cycle)
-    for cycle, plan in zip(record.cycles, plans, strict=True):
-        cycle.tables = plan
+    summary = RunSummary(leftover_spills_removed=applier.buffers.clear_leftovers(), run_key=record.run_key, replay=True)
+    applier.replay(record, plans, summary, on_cycle)
+    for cycle_id, plan in zip((c.cycle_id for c in record.cycles), plans, strict=True):
         log.info(
             "run %s, cycle %d: %s",
             record.run_key,
-            cycle.cycle_id,
+            cycle_id,
             ", ".join(f"{t} {outcome}" for t, outcome in plan.items()) or "no tables",
         )
-    return RunSummary(
-        reports=reports,
-        checkpoint=CheckpointStore(config.work_dir).load(),
-        leftover_spills_removed=leftovers,
-        run_key=record.run_key,
-        replay=True,
-        cycles=record.cycles,
-    )
+    summary.add_cycles(ledger.set_outcomes(record, plans))
+    summary.checkpoint = CheckpointStore(config.work_dir).load()
+    return summary

@@ -31,6 +31,7 @@ from applier.engine.buffers import TransactionBuffers
 from applier.engine.checking import PairChecker
 from applier.engine.checkpoint import Checkpoint, CheckpointStore, Intent
 from applier.engine.ledger import Clock, LedgerCycle, RunJournal, RunLedger, utc_now
+from applier.engine.ledger_cycles import RECENT_CYCLES, CycleTally
 from applier.engine.reading import CycleInput, buffer_open_rows, missing_pair_error, read_cycle, reread_window
 from applier.engine.report import CycleReport, append_report
 from applier.engine.sparkapply import apply_committed
@@ -45,19 +46,30 @@ log = logging.getLogger("applier")
 
 @dataclass
 class RunSummary:
-    """What a run did: its cycle reports and where it stopped.
+    """What a run did: counts and totals, its last cycle reports and where it stopped.
+
+    Its size does not grow with the run: it keeps the last ``RECENT_CYCLES``
+    (100) reports and cycles, and counts all of them.
 
     Attributes:
-        reports: the cycles this attempt ran through Spark (a replay: those it re-ran).
+        reports: the last reports of the cycles this attempt ran through Spark
+            (a replay: those it re-ran), oldest first.
         checkpoint: the checkpoint after the run (a replay leaves it as it was).
         leftover_spills_removed: spill files of an earlier run deleted at the start.
         run_key: the run's key, if it was given one.
         replay: whether the run replayed a finished record instead of applying new pairs.
-        cycles: the run's cycles as the ledger records them: ids, pairs, positions,
-            net rows and per table ``applied``/``skipped`` (a replay:
-            ``reapplied``/``verified``); with a run key, every cycle of the key
-            (also those of an earlier, crashed attempt).
+        cycles: the last of the run's cycles as the ledger records them: ids,
+            pairs, positions, net rows and per table ``applied``/``skipped`` (a
+            replay: ``reapplied``/``verified``); with a run key, the cycles of
+            the key (also those of an earlier, crashed attempt).
         pruned_pairs: pairs intermediate retention deleted after the run.
+        cycles_run: how many cycles this attempt ran (``reports`` keeps the last).
+        cycles_recorded: how many cycles ``cycles`` stands for (``cycles`` keeps the last).
+        table_outcomes: outcome -> how many times a table had it, over all those cycles.
+        committed: transactions committed by the cycles run.
+        rolled_back: transactions rolled back in them.
+        rows_read: rows read from their pairs.
+        bytes: bytes of their pairs.
     """
 
     reports: list[CycleReport] = field(default_factory=list)
@@ -67,6 +79,29 @@ class RunSummary:
     replay: bool = False
     cycles: list[LedgerCycle] = field(default_factory=list)
     pruned_pairs: list[int] = field(default_factory=list)
+    cycles_run: int = 0
+    cycles_recorded: int = 0
+    table_outcomes: dict[str, int] = field(default_factory=dict)
+    committed: int = 0
+    rolled_back: int = 0
+    rows_read: int = 0
+    bytes: int = 0
+
+    def add_report(self, report: CycleReport) -> None:
+        """Count a cycle run and keep its report among the last ones."""
+        self.reports.append(report)
+        del self.reports[:-RECENT_CYCLES]
+        self.cycles_run += 1
+        self.committed += report.committed
+        self.rolled_back += report.rolled_back
+        self.rows_read += report.rows_read
+        self.bytes += report.bytes
+
+    def add_cycles(self, tally: CycleTally) -> None:
+        """Take the recorded cycles' figures from ``tally``."""
+        self.cycles = list(tally.recent)
+        self.cycles_recorded = tally.count
+        self.table_outcomes = dict(sorted(tally.outcomes.items()))
 
 
 class Applier:
@@ -88,7 +123,7 @@ class Applier:
         self.target = target
         self.journal = journal
         self.clock = clock
-        self.cycles: list[LedgerCycle] = []
+        self.cycles = CycleTally()  # a run without a key: its last cycles, and their count
         self.store = CheckpointStore(config.work_dir)
         self.buffers = TransactionBuffers(
             config.spill_dir, config.configuration_name, config.apply.buffer_size_for_split_records
@@ -112,12 +147,12 @@ class Applier:
             if self.journal is not None:
                 self.journal.forget_after(checkpoint.cycle_id)
             validator = self._rebuild(checkpoint)
-            while not max_cycles or len(summary.reports) < max_cycles:
+            while not max_cycles or summary.cycles_run < max_cycles:
                 cycle = self._next_cycle(checkpoint, validator)
                 if cycle is None:
                     break
                 checkpoint, report = self._apply_cycle(checkpoint, validator, cycle)
-                summary.reports.append(report)
+                summary.add_report(report)
                 if on_cycle:
                     on_cycle(report)
                 if cycle.refused is not None:
@@ -128,7 +163,8 @@ class Applier:
             self.buffers.close()
             self.checker.close()
         summary.checkpoint = checkpoint
-        summary.cycles = self.journal.record.cycles if self.journal is not None else self.cycles
+        # With a key, the record's cycles (earlier attempts' too), read once from its file.
+        summary.add_cycles(CycleTally.of(self.journal.record.cycles) if self.journal is not None else self.cycles)
         summary.run_key = self.journal.record.run_key if self.journal is not None else None
         return summary
 
