@@ -26,10 +26,12 @@ pytestmark = [pytest.mark.spark, pytest.mark.slow]
 
 REPO = Path(__file__).resolve().parents[1]
 QUEUE_MB = 16
-# What the driver may hold above the peak of a run of the same pairs in one
-# cycle (which buffers nothing): the queue's budget, plus the Python objects
-# of thousands of open transactions and the Arrow allocator's retained pages.
-OVERHEAD_MIB = 64
+# What the driver may hold above its peak after its first cycles (Python, Spark's
+# gateway, a compile and a commit done): the queue's budget, plus the Python objects
+# of thousands of open transactions (their bookkeeping, the restart window
+# re-read to rebuild them) and the allocators' retained pages. The queue's own
+# account is checked exactly: its peak never exceeds the budget.
+OVERHEAD_MIB = 96
 
 
 @pytest.fixture(scope="module")
@@ -85,7 +87,8 @@ def _config_file(tmp_path: Path, stream: Path, name: str, settings: list[str], c
         "  master: local[1]",
         "target:",
     ]
-    target = dict(s.split("=", 1) for s in settings) or {"target.type": "delta", "target.path": str(tmp_path / "t")}
+    delta = {"target.type": "delta", "target.path": str(tmp_path / "target")}
+    target = dict(s.split("=", 1) for s in settings) or delta
     lines += [f"  {key.split('.', 1)[1]}: '{value}'" for key, value in target.items()]
     path = tmp_path / f"{name}.yaml"
     path.write_text("\n".join(lines) + "\n")
@@ -97,20 +100,8 @@ def _reports(tmp_path: Path, name: str) -> list[dict[str, Any]]:
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
 
 
-@pytest.fixture(scope="module")
-def one_cycle_peak_mib(tmp_path_factory: pytest.TempPathFactory, many_open_stream: Path) -> float:
-    """The driver's peak over the many-open pairs applied in one cycle: nothing is buffered across cycles."""
-    tmp_path = tmp_path_factory.mktemp("one")
-    process = _cli(_config_file(tmp_path, many_open_stream, "one", [], 0))
-    _, err = process.communicate(timeout=900)
-    assert process.returncode == 0, err.decode()[-2000:]
-    (report,) = _reports(tmp_path, "one")
-    assert report["committed"] >= 3_900
-    return float(report["driver_peak_rss_mib"])
-
-
 def test_4000_open_transactions_spool_under_a_16_mb_queue_and_survive_sigkill(
-    tmp_path: Path, many_open_stream: Path, target_settings: list[str], one_cycle_peak_mib: float
+    tmp_path: Path, many_open_stream: Path, target_settings: list[str]
 ) -> None:
     config_path = _config_file(tmp_path, many_open_stream, "many", target_settings, 0.2)
     spill_dir = tmp_path / "out" / "many" / "tmp"
@@ -134,7 +125,41 @@ def test_4000_open_transactions_spool_under_a_16_mb_queue_and_survive_sigkill(
     assert most_open >= 3_900
     spooled = {s["name"]: s["file"] for r in reports for s in r["queue"]["spooled"] if s["kind"] == "transactions"}
     assert len(spooled) >= 100 and all(file.startswith("many_") for file in spooled.values())
-    resumed = reports[killed_lines:]
-    assert all(r["queue"]["peak_bytes"] <= QUEUE_MB * 2**20 for r in resumed)
-    peak = max(r["driver_peak_rss_mib"] for r in resumed)
-    assert peak <= one_cycle_peak_mib + QUEUE_MB + OVERHEAD_MIB, (peak, one_cycle_peak_mib)
+    assert all(r["queue"]["peak_bytes"] <= QUEUE_MB * 2**20 for r in reports)
+    # The fixed part: the killed run's driver after three cycles that compiled and applied a few transactions.
+    (early,) = [r for r in reports[:killed_lines] if r["cycle_id"] == 3]
+    assert early["open"] <= 10 and early["committed"] > 0
+    peak = max(r["driver_peak_rss_mib"] for r in reports[killed_lines:])
+    assert peak <= early["driver_peak_rss_mib"] + QUEUE_MB + OVERHEAD_MIB, (peak, early["driver_peak_rss_mib"])
+
+
+def test_a_bad_pair_during_a_run_exits_3_keeps_what_came_before_and_a_fixed_pair_continues(
+    tmp_path: Path, wide_stream: Path
+) -> None:
+    target_settings: list[str] = []
+    stream = tmp_path / "in"
+    stream.mkdir()
+    for path in wide_stream.iterdir():
+        (stream / path.name).write_bytes(path.read_bytes())
+    bad = sorted(stream.glob("*.dat"))[-1]
+    last = int(bad.stem)
+    assert last >= 2
+    good = bad.read_bytes()
+    bad.write_bytes(good[:100] + bytes([good[100] ^ 0xFF]) + good[101:])
+    config_path = _config_file(tmp_path, stream, "bad", target_settings, 0)
+
+    refused = _cli(config_path)
+    _, err = refused.communicate(timeout=900)
+    lines = err.decode().strip().splitlines()
+    assert refused.returncode == 3, lines[-5:]
+    assert str(bad) in lines[-1] and "sha256" in lines[-1]
+    checkpoint = json.loads((tmp_path / "out" / "bad" / "checkpoint.json").read_text())
+    assert checkpoint["applied_seq"] == last - 1
+    config = make_config(tmp_path, stream, target_settings)
+    assert_target_equals_reference(config, stream, through_seq=last - 1)
+
+    bad.write_bytes(good)
+    fixed = _cli(config_path)
+    _, err = fixed.communicate(timeout=900)
+    assert fixed.returncode == 0, err.decode()[-2000:]
+    assert_target_equals_reference(config, stream)

@@ -9,7 +9,7 @@ from __future__ import annotations
 import argparse
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
@@ -230,9 +230,30 @@ def status(args: argparse.Namespace) -> int:
     print(f"spill files: {len(s.spill_files)}")
     for name, size in s.spill_files:
         print(f"  {name}: {size} bytes")
+    print(f"queue memory: {config.queue_memory_bytes / MIB:.1f} MiB")
     if s.last_cycle:
         print(f"last cycle: {s.last_cycle['cycle_id']} pairs {s.last_cycle['seqs']} seconds {s.last_cycle['seconds']}")
+        for line in _queue_lines(s.last_cycle.get("queue") or {}):
+            print(f"  {line}")
     return 0
+
+
+def _queue_lines(queue: dict[str, Any]) -> list[str]:
+    """The last cycle's queue figures for people: held at its end and spooled during it, by kind."""
+    if not queue:
+        return []
+
+    def by_kind(figures: dict[str, int]) -> str:
+        return ", ".join(f"{kind} {figures.get(kind, 0) / MIB:.2f}" for kind in ("transactions", "tables", "compiled"))
+
+    spooled = queue.get("spooled", [])
+    return [
+        f"in memory at its end (MiB): {by_kind(queue.get('memory_bytes', {}))}; "
+        f"peak {queue.get('peak_bytes', 0) / MIB:.2f} of {queue.get('budget_bytes', 0) / MIB:.2f}",
+        f"spooled during it (MiB): {by_kind(queue.get('spooled_bytes', {}))}"
+        + (f"; {len(spooled)} buffers: " + ", ".join(str(x["name"]) for x in spooled[:10]) if spooled else "")
+        + (", ..." if len(spooled) > 10 else ""),
+    ]
 
 
 def validate(args: argparse.Namespace) -> int:

@@ -185,9 +185,12 @@ class ReplayApplier(Applier):
         return [listed[s] for s in cycle.seqs]
 
     def _fresh_buffers(self) -> None:
-        self.buffers.close()
+        self.buffers.close()  # also unregisters them from the queue
         self.buffers = TransactionBuffers(
-            self.config.spill_dir, self.config.configuration_name, self.config.apply.buffer_size_for_split_records
+            self.config.spill_dir,
+            self.config.configuration_name,
+            self.config.apply.buffer_size_for_split_records,
+            self.queue,
         )
 
     def _record_intent(self, intent: Intent) -> None:

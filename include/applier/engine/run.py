@@ -20,6 +20,7 @@ backup): a backfill replay (:mod:`applier.engine.replay`) is the way back.
 
 from __future__ import annotations
 
+import functools
 import logging
 import time
 from collections.abc import Callable
@@ -30,11 +31,14 @@ from applier.config import Config
 from applier.engine.buffers import TransactionBuffers
 from applier.engine.checking import PairChecker
 from applier.engine.checkpoint import Checkpoint, CheckpointStore, Intent
+from applier.engine.compiled import CompiledCycle
 from applier.engine.ledger import Clock, LedgerCycle, RunJournal, RunLedger, utc_now
 from applier.engine.ledger_cycles import RECENT_CYCLES, CycleTally
+from applier.engine.queue import MemoryQueue
 from applier.engine.reading import CycleInput, buffer_open_rows, missing_pair_error, read_cycle, reread_window
-from applier.engine.report import CycleReport, append_report
+from applier.engine.report import CycleReport, append_report, peak_rss_mib
 from applier.engine.sparkapply import apply_committed
+from applier.engine.spill import COMMITTED_PART, SPILL_SUFFIX
 from applier.errors import TargetError
 from applier.intermediate.pairs import PairRef, list_pairs
 from applier.intermediate.stream import StreamValidator
@@ -125,10 +129,20 @@ class Applier:
         self.clock = clock
         self.cycles = CycleTally()  # a run without a key: its last cycles, and their count
         self.store = CheckpointStore(config.work_dir)
+        self.queue = MemoryQueue(config.queue_memory_bytes)
+        # The driver's footprint before it holds anything (Python, Spark's gateway, the libraries).
+        self.start_rss_mib = peak_rss_mib()
+        self.holder = functools.partial(
+            CompiledCycle,
+            queue=self.queue,
+            spill_dir=config.spill_dir,
+            configuration_name=config.configuration_name,
+        )
         self.buffers = TransactionBuffers(
-            config.spill_dir, config.configuration_name, config.apply.buffer_size_for_split_records
+            config.spill_dir, config.configuration_name, config.apply.buffer_size_for_split_records, self.queue
         )
         self.report_path = config.work_dir / "cycles.jsonl"
+        self._memory_file = config.spill_dir / f"{config.configuration_name}_{COMMITTED_PART}{SPILL_SUFFIX}"
         self.checker = PairChecker()
 
     def run(self, max_cycles: int = 0, on_cycle: Callable[[CycleReport], None] | None = None) -> RunSummary:
@@ -218,6 +232,7 @@ class Applier:
     ) -> tuple[Checkpoint, CycleReport]:
         cycle_id = checkpoint.cycle_id + 1
         report = CycleReport(cycle_id=cycle_id, seqs=[p.seq for p in cycle.pairs], bytes=cycle.bytes)
+        report.driver_start_rss_mib = self.start_rss_mib
         report.seconds["read"] = round(cycle.read_seconds, 3)
         report.rows_read, report.committed, report.rolled_back = (
             cycle.rows_read,
@@ -229,14 +244,15 @@ class Applier:
             buffer_open_rows(cycle, still_open, self.buffers)
             for xid in cycle.rollbacks:
                 self.buffers.discard(xid)
-            taken = {xid: t for xid in cycle.commits if (t := self.buffers.take(xid)) is not None}
+            taken, memory_file = self.buffers.take_committed(cycle.commits, self._memory_file)
         self._record_intent(Intent(cycle_id, report.seqs))
         applied_seq = report.seqs[-1]
         applied_commit_lsn = max(cycle.commits.values(), default=checkpoint.applied_commit_lsn)
         restart_seq = validator.restart_seq(applied_seq)
         position = dict(applied_seq=applied_seq, applied_commit_lsn=applied_commit_lsn or 0, restart_seq=restart_seq)
         changed = apply_committed(
-            self.spark, self.target, cycle_id, cycle, taken, validator.state.tables, report, position
+            *(self.spark, self.target, cycle_id, cycle, taken, validator.state.tables, report, position),
+            *(self.holder, memory_file),
         )
         counts = dict(checkpoint.row_counts)
         for table, (truncated, delta) in changed.items():
@@ -264,6 +280,7 @@ class Applier:
         report.open, report.applied_seq, report.restart_seq = len(still_open), applied_seq, checkpoint.restart_seq
         for kind, name, size in self.buffers.drain_spill_events():
             (report.spill_created if kind == "created" else report.spill_removed).append({"file": name, "bytes": size})
+        report.queue = self.queue.cycle_figures(reset=True)
         self._file_report(report)
         return checkpoint, report
 
