@@ -20,7 +20,6 @@ from applier.generate.shapes.session import ShapeSession
 from applier.generate.shapes.tables import ShapedTable
 
 LOAD_ROWS_PER_TXN = 4  # initial-load rows per open transaction, spread by table weight
-LOAD_CHUNK = 500
 CHANGES = (20, 30)  # per transaction
 TABLES_PER_TXN = (1, 3)
 ROLLBACK_RATE = 0.02
@@ -83,12 +82,7 @@ class ManyOpenRunner:
     def _load(self) -> None:
         shaped = self.shaped
         todo = [t for t in shaped.tables for _ in range(1 + round(t.weight * LOAD_ROWS_PER_TXN * self.total))]
-        for at in range(0, len(todo), LOAD_CHUNK):
-            session = shaped.session(COMMIT)
-            for table in todo[at : at + LOAD_CHUNK]:
-                shaped.insert(session, table)
-            shaped.finish(session)
-        shaped.feature("initial_load")
+        shaped.load(todo)
 
     def _new(self) -> _Open:
         rng, shaped = self.rng, self.shaped

@@ -31,6 +31,7 @@ KEY_MOVE_RATE = 0.015  # of updates of a keyed table
 AGAIN_RATE = 0.08  # of updates and deletes: a row this transaction already changed
 DUPLICATE_RATE = 0.06  # of keyless inserts: a copy of an existing row
 DUPLICATE_DELETE_RATE = 0.2  # of keyless deletes: a value known to have several copies
+LOAD_CHUNK = 500  # rows per initial-load transaction
 
 
 @dataclass
@@ -86,6 +87,15 @@ class Shaped:
             if not commit:
                 self.feature("rollback")
         self.state.finished += 1
+
+    def load(self, todo: list[ShapedTable]) -> None:
+        """The initial load: one new row per entry of ``todo``, :data:`LOAD_CHUNK` rows per committed transaction."""
+        for at in range(0, len(todo), LOAD_CHUNK):
+            session = self.session(COMMIT)
+            for table in todo[at : at + LOAD_CHUNK]:
+                self.insert(session, table)
+            self.finish(session)
+        self.feature("initial_load")
 
     def feature(self, name: str) -> None:
         """Note that the stream holds ``name`` (summary ``features``)."""

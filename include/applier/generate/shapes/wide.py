@@ -22,7 +22,6 @@ from applier.generate.shapes.ops import Mine, Shaped
 from applier.generate.shapes.session import ShapeSession
 from applier.generate.shapes.tables import ShapedTable
 
-LOAD_CHUNK = 500  # rows per initial-load transaction
 LOAD_ROWS_PER_TXN = 1.0  # initial-load rows per ordinary transaction, spread by table weight
 LOAD_MIN_ROWS = 2  # every table starts with at least this many rows
 MEAN_CHANGES = 9  # of an ordinary transaction
@@ -101,12 +100,7 @@ class WideRunner:
         per_txn = LOAD_ROWS_PER_TXN * self.total
         rows = ((t, LOAD_MIN_ROWS + round(t.weight * per_txn)) for t in shaped.tables)
         todo = [t for t, n in rows for _ in range(n)]
-        for at in range(0, len(todo), LOAD_CHUNK):
-            session = shaped.session(COMMIT)
-            for table in todo[at : at + LOAD_CHUNK]:
-                shaped.insert(session, table)
-            shaped.finish(session)
-        shaped.feature("initial_load")
+        shaped.load(todo)
 
     def _start_truncate(self) -> bool:
         if not self.truncates or self.started < self.truncates[0][0]:
