@@ -23,7 +23,9 @@ from applier.generate import GenerateSummary, generate_workload
 from applier.intermediate.scan import scan_directory
 from applier.intermediate.schema import value_checker
 from reference.applier import reference_apply
-from test_generate import Change, Stream, Txn, read_stream
+from test_generate import Change, Stream, read_stream
+from test_generate import _committed as _committed
+from test_generate import _last_defs as _defs
 
 SPEC_TYPES = {"boolean", "int", "bigint", "double", "decimal", "string", "date", "timestamp", "binary"}
 WIDE_TABLES, WIDE_COLUMNS = 300, (30, 40)
@@ -44,17 +46,6 @@ def many_open(tmp_path_factory: pytest.TempPathFactory) -> tuple[GenerateSummary
     directory = tmp_path_factory.mktemp("many_open")
     summary = generate_workload(directory, profile="many-open", seed=5, transactions=MANY_OPEN, file_size_mb=0.12)
     return summary, read_stream(directory)
-
-
-def _defs(stream: Stream) -> dict[str, Any]:
-    merged: dict[str, Any] = {}
-    for seq in sorted(stream.defs):
-        merged.update(stream.defs[seq])
-    return merged
-
-
-def _committed(stream: Stream) -> list[Txn]:
-    return sorted((t for t in stream.txns.values() if t.outcome == "commit"), key=lambda t: t.end or 0)
 
 
 def _base(type_name: str) -> str:
