@@ -128,10 +128,10 @@ class RunRecord:
     @staticmethod
     def from_json(data: Mapping[str, Any]) -> RunRecord:
         """A record from its header, or from a whole record of the one-file layout (with its cycles)."""
-        fields = {k: v for k, v in data.items() if k not in ("cycles", "definitions", "cycles_file")}
+        header = {k: v for k, v in data.items() if k not in ("cycles", "definitions", "cycles_file")}
         definitions = data.get("definitions", {})
         cycles = [LedgerCycle.from_line(c, definitions) for c in data.get("cycles", [])]
-        return RunRecord(**fields, cycles=cycles)
+        return RunRecord(**header, cycles=cycles)
 
 
 class RunLedger:
