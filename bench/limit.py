@@ -1,8 +1,13 @@
-"""The calibrated limit of this machine (runs in a child process, ``--part limit``).
+"""The calibrated limit of this machine (parts ``limit`` and ``pg-limit``): the least work any apply must do.
 
-The least work any apply of this workload must do: read every ``.dat`` file and
-parse every image with the engine's typed ``from_json``, then write the final
-rows alone with one delta-rs merge per table into empty Delta tables.
+Both read every ``.dat`` file and parse every image with the engine's typed
+``from_json`` in a fresh Spark application (per table, forced by a ``noop``
+write). Then, with Spark stopped, the final rows alone are written into empty
+tables: on **Delta** one delta-rs ``merge`` per table of the rows the one-cycle
+engine run left; on **PostgreSQL** a COPY of the rows the one-cycle compiled
+run left into staging tables (encoded as the target encodes them) and their
+set-wise apply with the target's own statements, in one transaction. The final
+rows are read before anything is timed.
 """
 
 from __future__ import annotations
@@ -11,7 +16,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from bench.common import BenchError
+from bench.measure import BenchError
 from bench.workload import latest_table_defs
 
 
@@ -21,19 +26,18 @@ def _parse_per_table(rows: Any, defs: dict[str, Any]) -> tuple[dict[str, float],
 
     from applier.engine.images_spark import parse_image
 
-    parse_per_table: dict[str, float] = {}
-    parse_started = time.perf_counter()
+    per_table: dict[str, float] = {}
+    started = time.perf_counter()
     for name, table in defs.items():
         t = time.perf_counter()
-        one = rows.filter(F.col("table") == name)
-        parsed = one.select(
+        parsed = rows.filter(F.col("table") == name).select(
             parse_image(F.col("before"), table.columns).alias("b"),
             parse_image(F.col("after"), table.columns).alias("a"),
         )
         parsed.write.format("noop").mode("overwrite").save()
-        parse_per_table[name] = time.perf_counter() - t
-        print(f"parse {name}: {parse_per_table[name]:.2f} s", flush=True)
-    return parse_per_table, time.perf_counter() - parse_started
+        per_table[name] = time.perf_counter() - t
+        print(f"parse {name}: {per_table[name]:.2f} s", flush=True)
+    return per_table, time.perf_counter() - started
 
 
 def _parse_one_pass(rows: Any, defs: dict[str, Any]) -> float:
@@ -49,9 +53,45 @@ def _parse_one_pass(rows: Any, defs: dict[str, Any]) -> float:
         for side in ("before", "after")
     ]
     rows.select(*one_pass).write.format("noop").mode("overwrite").save()
-    one_pass_s = time.perf_counter() - t
-    print(f"parse in one pass: {one_pass_s:.2f} s", flush=True)
-    return one_pass_s
+    return time.perf_counter() - t
+
+
+def spark_parse(params: dict[str, Any], defs: dict[str, Any], one_pass: bool) -> dict[str, Any]:
+    """The Spark half: start a session, read every ``.dat`` file, parse every image per table (and in one pass)."""
+    from pyspark.sql import functions as F
+
+    from applier.config import load_config
+    from applier.engine.session import start_spark
+    from applier.engine.sparkapply import DAT_DDL
+    from applier.intermediate.pairs import list_pairs
+
+    dats = [str(p.dat_path) for p in list_pairs(Path(params["intermediate_dir"])).pairs]
+    started = time.perf_counter()
+    spark = start_spark(load_config(None, params["settings"]))
+    ready = time.time()
+    startup = time.perf_counter() - started
+    rows = spark.read.schema(DAT_DDL).parquet(*dats)
+    parse_per_table, parse_s = _parse_per_table(rows, defs)
+    one_pass_s = _parse_one_pass(rows, defs) if one_pass else None
+    images = rows.select(
+        F.sum(F.col("before").isNotNull().cast("long")).alias("b"),
+        F.sum(F.col("after").isNotNull().cast("long")).alias("a"),
+        F.count(F.lit(1)).alias("n"),
+    ).first()
+    spark.stop()
+    return {
+        "spark_startup_s": startup,
+        "startup_since_spawn_s": ready - params["spawned_at"],
+        "parse_s": parse_s,
+        "parse_per_table_s": parse_per_table,
+        "parse_one_pass_s": one_pass_s,
+        "images": (images["b"] + images["a"]) if images else 0,
+        "dat_rows": images["n"] if images else 0,
+    }
+
+
+# ---------------------------------------------------------------------------
+# Delta
 
 
 def _merge_final_rows(name: str, table: Any, final: Any, root: Path) -> dict[str, Any]:
@@ -65,78 +105,172 @@ def _merge_final_rows(name: str, table: Any, final: Any, root: Path) -> dict[str
     final = final.select(schema.names).cast(pa.schema([f.with_nullable(True) for f in schema]))
     path = str(root / name.replace(".", "/"))
     DeltaTable.create(path, schema, mode="error")
-    cols = table.primary_key or table.column_names
-    predicate = " AND ".join(f'(t."{c}" IS NOT DISTINCT FROM s."{c}")' for c in cols)
+    predicate = " AND ".join(f'(t."{c}" IS NOT DISTINCT FROM s."{c}")' for c in table.primary_key or table.column_names)
     t = time.perf_counter()
-    metrics = (
-        DeltaTable(path)
-        .merge(final, predicate, source_alias="s", target_alias="t")
-        .when_matched_update_all()
-        .when_not_matched_insert_all()
-        .execute()
-    )
+    merge = DeltaTable(path).merge(final, predicate, source_alias="s", target_alias="t")
+    metrics = merge.when_matched_update_all().when_not_matched_insert_all().execute()
     seconds = time.perf_counter() - t
-    written = DeltaTable(path).to_pyarrow_dataset().count_rows()
-    if written != final.num_rows:
+    if (written := DeltaTable(path).to_pyarrow_dataset().count_rows()) != final.num_rows:
         raise BenchError(f"limit merge of {name}: {written} rows written of {final.num_rows}")
     print(f"merge {name}: {final.num_rows} rows in {seconds:.2f} s", flush=True)
     return {"rows": final.num_rows, "seconds": seconds, "inserted": metrics.get("num_target_rows_inserted")}
 
 
 def part_limit(params: dict[str, Any]) -> dict[str, Any]:
-    """Read and parse every image in Spark; then one delta-rs merge per table of the final rows alone.
+    """The Delta limit: Spark parses every image; then one delta-rs merge per table of the final rows alone.
 
     Args:
-        params: ``intermediate_dir``, ``settings`` (the engine's ``--set`` overrides), ``engine_target`` and
-            ``engine_app_id`` (where the final rows are read from), ``out_dir`` and ``spawned_at``.
-
-    Returns:
-        Spark start-up, parse and merge seconds (in all and per table) and the rows and images handled.
-
-    Raises:
-        BenchError: a merge wrote a different number of rows than it was given.
+        params: ``intermediate_dir``, ``settings`` (``--set`` overrides for the Spark session), ``engine_target``
+            and ``engine_app_id`` (where the final rows are read from), ``out_dir`` and ``spawned_at``.
     """
-    from pyspark.sql import functions as F
-
-    from applier.config import load_config
-    from applier.engine.session import start_spark
-    from applier.engine.sparkapply import DAT_DDL
-    from applier.intermediate.pairs import list_pairs
     from applier.targets.delta import DeltaTarget
 
-    intermediate = Path(params["intermediate_dir"])
-    defs = latest_table_defs(intermediate)
-    dats = [str(p.dat_path) for p in list_pairs(intermediate).pairs]
-    config = load_config(None, params["settings"])
-    started = time.perf_counter()
-    spark = start_spark(config)
-    ready = time.time()
-    startup = time.perf_counter() - started
-    rows = spark.read.schema(DAT_DDL).parquet(*dats)
-    parse_per_table, parse_s = _parse_per_table(rows, defs)
-    one_pass_s = _parse_one_pass(rows, defs)
-    images = rows.select(
-        F.sum(F.col("before").isNotNull().cast("long")).alias("b"),
-        F.sum(F.col("after").isNotNull().cast("long")).alias("a"),
-        F.count(F.lit(1)).alias("n"),
-    ).first()
-    spark.stop()
-
+    defs = latest_table_defs(Path(params["intermediate_dir"]))
+    result = spark_parse(params, defs, one_pass=True)
     source = DeltaTarget(Path(params["engine_target"]), params["engine_app_id"])
-    merge_per_table: dict[str, dict[str, Any]] = {}
+    merges: dict[str, dict[str, Any]] = {}
     for name, table in defs.items():
-        final = source.read_arrow(name)
-        if final is not None:
-            merge_per_table[name] = _merge_final_rows(name, table, final, Path(params["out_dir"]))
+        if (final := source.read_arrow(name)) is not None:
+            merges[name] = _merge_final_rows(name, table, final, Path(params["out_dir"]))
+    merge_s = sum(m["seconds"] for m in merges.values())
     return {
-        "spark_startup_s": startup,
-        "startup_since_spawn_s": ready - params["spawned_at"],
-        "parse_s": parse_s,
-        "parse_per_table_s": parse_per_table,
-        "parse_one_pass_s": one_pass_s,
-        "images": (images["b"] + images["a"]) if images else 0,
-        "dat_rows": images["n"] if images else 0,
-        "merge_s": sum(m["seconds"] for m in merge_per_table.values()),
-        "merge_per_table": merge_per_table,
-        "final_rows": sum(m["rows"] for m in merge_per_table.values()),
+        **result,
+        "merge_s": merge_s,
+        "merge_per_table": merges,
+        "final_rows": sum(m["rows"] for m in merges.values()),
     }
+
+
+# ---------------------------------------------------------------------------
+# PostgreSQL
+
+
+def final_changes(source_url: str, defs: dict[str, Any]) -> dict[str, Any]:
+    """Every table's rows in the database at ``source_url``, as net changes into an empty table.
+
+    Keyed tables: every row an upsert. Tables without a key: every row one copy.
+    """
+    import pyarrow as pa
+
+    from applier.engine.changes import COUNT_COLUMN, TableChanges, arrow_schema, typed
+    from applier.targets.postgres import PostgresTarget
+
+    source = PostgresTarget(source_url, "bench_source")
+    out = {}
+    try:
+        for name, table in defs.items():
+            if (rows := source.read_arrow(name)) is None:
+                continue
+            rows, key = typed(rows, arrow_schema(table)), list(table.primary_key)
+            stats = {"I": rows.num_rows, "U": 0, "D": 0, "T": 0}
+            none = rows.slice(0, 0)
+            if key:
+                out[name] = TableChanges(table, False, rows, none.select(key), None, stats)
+            else:
+                counted = rows.append_column(COUNT_COLUMN, pa.repeat(pa.scalar(1, pa.int64()), rows.num_rows))
+                out[name] = TableChanges(table, False, none, none.select([]), counted, stats)
+    finally:
+        source.close()
+    return out
+
+
+def stage(conn: Any, changes: dict[str, Any], prefix: str = "limit", schema: str = "applier_staging") -> dict[str, Any]:
+    """Create the tables and one staging table per table (untimed), then COPY each table's rows into its staging.
+
+    Returns:
+        Per table: its staging table, rows, CSV bytes and the seconds to encode and COPY them.
+    """
+    from psycopg import sql
+
+    from applier.targets import pg_sql as q
+    from applier.targets.pg_load import staging_rows
+    from bench.source import copy_data
+
+    staged: dict[str, Any] = {}
+    with conn.transaction():
+        conn.execute(q.create_schema(schema))
+        for n, (name, net) in enumerate(changes.items()):
+            conn.execute(q.create_schema(net.table.schema_name))
+            conn.execute(q.create_table(q.target_table(net.table, {}), net.table))
+            staged[name] = {"stage": sql.Identifier(schema, f"{prefix}_{n}")}
+            conn.execute(q.create_staging(staged[name]["stage"], net.table))
+    for name, net in changes.items():
+        started = time.perf_counter()
+        rows = staging_rows(net)
+        data = copy_data(rows)
+        encoded = time.perf_counter()
+        with (
+            conn.transaction(),
+            conn.cursor().copy(q.copy_into(staged[name]["stage"], q.staging_columns(net.table))) as c,
+        ):
+            c.write(data)
+        staged[name].update(
+            rows=rows.num_rows, bytes=len(data), encode_s=encoded - started, copy_s=time.perf_counter() - encoded
+        )
+    return staged
+
+
+def count_rows(table: Any) -> Any:
+    """``SELECT count(*)`` of a table (its name quoted)."""
+    from psycopg import sql
+
+    from applier.targets import pg_sql as q
+
+    return sql.SQL("SELECT count(*) FROM {}").format(q.target_table(table, {}))
+
+
+def copy_and_apply(source_url: str, url: str, defs: dict[str, Any]) -> dict[str, Any]:
+    """The PostgreSQL half of the limit: the final rows of ``source_url`` COPYed into staging and applied at ``url``.
+
+    Returns:
+        Seconds reading the final rows (untimed work), COPYing them (encoding included) and applying them
+        (commit included), the commit alone, per table the rows, bytes and seconds, and the rows in all.
+
+    Raises:
+        BenchError: a table ends with a different number of rows than it was given.
+    """
+    import psycopg
+
+    from applier.targets import pg_sql as q
+
+    read_started = time.perf_counter()
+    changes = final_changes(source_url, defs)
+    read_final_s = time.perf_counter() - read_started
+    with psycopg.connect(url, autocommit=True, application_name="cdc-bench limit") as conn:
+        staged = stage(conn, changes)
+        with conn.transaction():
+            for name, net in changes.items():
+                started = time.perf_counter()
+                ident, stage_ident = q.target_table(net.table, {}), staged[name]["stage"]
+                conn.execute(
+                    (q.merge_keyed if net.table.primary_key else q.insert_copies)(ident, stage_ident, net.table)
+                )
+                staged[name]["apply_s"] = time.perf_counter() - started
+            committing = time.perf_counter()
+        commit_s = time.perf_counter() - committing
+        for name, net in changes.items():
+            count = conn.execute(count_rows(net.table)).fetchone()
+            if count is None or count[0] != staged[name]["rows"]:
+                raise BenchError(f"limit apply of {name}: {count} rows in the table, {staged[name]['rows']} staged")
+    return {
+        "read_final_s": read_final_s,
+        "copy_s": sum(s["encode_s"] + s["copy_s"] for s in staged.values()),
+        "apply_s": sum(s["apply_s"] for s in staged.values()) + commit_s,
+        "commit_s": commit_s,
+        "per_table": {name: {k: v for k, v in s.items() if k != "stage"} for name, s in staged.items()},
+        "final_rows": sum(s["rows"] for s in staged.values()),
+    }
+
+
+def part_pg_limit(params: dict[str, Any]) -> dict[str, Any]:
+    """The PostgreSQL limit: Spark parses every image; then the final rows COPYed into staging and applied set-wise.
+
+    Args:
+        params: ``intermediate_dir``, ``settings`` (``--set`` overrides for the Spark session), ``source_url``
+            (the database holding the final rows), ``url`` (an empty database) and ``spawned_at``.
+    """
+    defs = latest_table_defs(Path(params["intermediate_dir"]))
+    result = spark_parse(params, defs, one_pass=False)
+    result.update(copy_and_apply(params["source_url"], params["url"], defs))
+    print(f"limit: copy {result['copy_s']:.2f} s, apply {result['apply_s']:.2f} s", flush=True)
+    return result

@@ -1,8 +1,9 @@
-"""Running the benchmark's steps as measured subprocesses, and the facts about the machine they ran on.
+"""Running the benchmark's steps in measured child processes, the ``applier run``s, and the machine they ran on.
 
-Each step runs in a fresh process; a thread polls the summed VmRSS of that
-process and all its descendants (the Python driver, its JVM and the PySpark
-workers) and keeps the maximum.
+Every measurement runs in a fresh process: ``applier run`` itself, or
+``python -m bench --part NAME`` for the parts the harness implements. A thread
+polls the summed VmRSS of that process and all its descendants (the Python
+driver, its JVM and the PySpark workers) every 0.2 s and keeps the maximum.
 """
 
 from __future__ import annotations
@@ -10,21 +11,33 @@ from __future__ import annotations
 import json
 import os
 import platform
-import shutil
 import subprocess
 import sys
 import threading
 import time
 from collections import defaultdict
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from bench.common import REPO, VENV_BIN, BenchError, progress
+REPO = Path(__file__).resolve().parents[1]
+VENV_BIN = REPO / ".venv" / "bin"
+MIB = 1024 * 1024
+SPARK_MASTER = "local[2]"
+
+_T0 = time.perf_counter()
+
+
+def progress(message: str) -> None:
+    """One progress line on stdout, with the seconds since the benchmark started."""
+    print(f"[{time.perf_counter() - _T0:8.1f}s] {message}", flush=True)
+
+
+class BenchError(Exception):
+    """A step of the benchmark failed (not a missed goal)."""
 
 
 def spark_env() -> dict[str, str]:
-    """The environment every Spark process of the benchmark runs with."""
+    """The environment every process of the benchmark runs with."""
     env = dict(os.environ)
     env["PATH"] = f"{VENV_BIN}{os.pathsep}{env.get('PATH', '')}"
     env["PYSPARK_PYTHON"] = str(VENV_BIN / "python")
@@ -33,50 +46,33 @@ def spark_env() -> dict[str, str]:
     return env
 
 
-def _children() -> dict[int, list[int]]:
-    """Every running process's children, from ``/proc/<pid>/stat``."""
+def tree_rss_kib(root: int) -> int:
+    """VmRSS summed over ``root`` and all its descendants (from ``/proc``), in KiB."""
     kids: dict[int, list[int]] = defaultdict(list)
     for entry in os.scandir("/proc"):
-        if not entry.name.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry.name}/stat", encoding="ascii", errors="replace") as fh:
-                stat = fh.read()
-        except OSError:
-            continue
-        fields = stat.rsplit(")", 1)[1].split()
-        kids[int(fields[1])].append(int(entry.name))
-    return kids
-
-
-def _rss_kib(pid: int) -> int:
-    """The VmRSS of one process in KiB; 0 once it has gone."""
-    try:
-        with open(f"/proc/{pid}/status", encoding="ascii", errors="replace") as fh:
-            for line in fh:
-                if line.startswith("VmRSS:"):
-                    return int(line.split()[1])
-    except OSError:
-        pass
-    return 0
-
-
-def tree_rss_kib(root: int) -> int:
-    """VmRSS summed over ``root`` and all its descendants, in KiB."""
-    kids = _children()
+        if entry.name.isdigit():
+            try:
+                with open(f"/proc/{entry.name}/stat", encoding="ascii", errors="replace") as fh:
+                    kids[int(fh.read().rsplit(")", 1)[1].split()[1])].append(int(entry.name))
+            except (OSError, IndexError):
+                continue
     total, stack, seen = 0, [root], set()
     while stack:
         pid = stack.pop()
         if pid in seen:
             continue
         seen.add(pid)
-        total += _rss_kib(pid)
         stack.extend(kids.get(pid, ()))
+        try:
+            with open(f"/proc/{pid}/status", encoding="ascii", errors="replace") as fh:
+                total += next((int(line.split()[1]) for line in fh if line.startswith("VmRSS:")), 0)
+        except OSError:
+            pass  # it has gone
     return total
 
 
 class TreeMemory:
-    """Polls a process tree's summed VmRSS every 0.2 s and keeps the maximum."""
+    """Polls a process tree's summed VmRSS every ``interval`` seconds and keeps the maximum."""
 
     def __init__(self, pid: int, interval: float = 0.2) -> None:
         self.pid, self.interval, self.peak_kib = pid, interval, 0
@@ -85,7 +81,6 @@ class TreeMemory:
         self._thread.start()
 
     def _poll(self) -> None:
-        """The polling thread: sample until stopped."""
         while not self._stop.is_set():
             self.peak_kib = max(self.peak_kib, tree_rss_kib(self.pid))
             self._stop.wait(self.interval)
@@ -100,6 +95,7 @@ class TreeMemory:
 def run_measured(cmd: list[str], log_path: Path, label: str) -> tuple[int, float, float]:
     """Run ``cmd`` with its output in ``log_path``; return (exit code, wall seconds, peak tree MiB)."""
     progress(f"{label}: {' '.join(cmd[1:])}")
+    log_path.parent.mkdir(parents=True, exist_ok=True)
     with open(log_path, "w", encoding="utf-8") as log:
         started = time.perf_counter()
         proc = subprocess.Popen(cmd, cwd=REPO, env=spark_env(), stdout=log, stderr=subprocess.STDOUT)
@@ -119,25 +115,165 @@ def tail(path: Path, lines: int = 15) -> str:
         return ""
 
 
-def run_part(
-    name: str, params: dict[str, Any], workdir: Path, module: str = "bench.apply_bench", part: str = ""
-) -> dict[str, Any]:
-    """Run one measurement in a fresh Python process (``python -m <module> --part``) and return its JSON result.
+def run_part(part: str, params: dict[str, Any], workdir: Path, name: str = "") -> dict[str, Any]:
+    """Run one part in a fresh Python process (``python -m bench --part``) and return its JSON result.
 
-    ``name`` names its files in ``workdir``; ``part`` is the part to run when it is not ``name``.
+    ``name`` names its files in ``workdir`` when it is not ``part`` (a part run more than once).
+
+    Raises:
+        BenchError: the part failed.
     """
-    params_path = workdir / f"part-{name}.params.json"
-    result_path = workdir / f"part-{name}.result.json"
+    name = name or part
+    params_path, result_path = workdir / f"part-{name}.params.json", workdir / f"part-{name}.result.json"
     log_path = workdir / f"part-{name}.log"
-    params = {**params, "result": str(result_path), "spawned_at": time.time()}
-    params_path.write_text(json.dumps(params, indent=1), encoding="utf-8")
-    cmd = [sys.executable, "-m", module, "--part", part or name, "--part-params", str(params_path)]
+    params_path.write_text(json.dumps({**params, "result": str(result_path), "spawned_at": time.time()}), "utf-8")
+    cmd = [sys.executable, "-m", "bench", "--part", part, "--part-params", str(params_path)]
     code, wall, peak = run_measured(cmd, log_path, name)
     if code != 0 or not result_path.exists():
         raise BenchError(f"part {name} failed (exit {code}); log {log_path}:\n{tail(log_path)}")
     result: dict[str, Any] = json.loads(result_path.read_text(encoding="utf-8"))
-    result.update(process_wall_s=wall, process_peak_tree_mib=peak, log=str(log_path))
+    result.update(process_wall_s=wall, process_peak_tree_mib=peak)
     return result
+
+
+# ---------------------------------------------------------------------------
+# applier run
+
+
+def applier_settings(
+    workdir: Path, name: str, intermediate: Path, limit_mib: float, driver_memory: str, target: dict[str, Any]
+) -> list[str]:
+    """The ``--set`` overrides of one configuration (its files under ``workdir/name``).
+
+    ``target`` holds the target's keys (``{"path": ...}`` or ``{"type": "postgres", "url": ...}``) and any
+    ``apply.*`` keys to add (named with their prefix, e.g. ``{"apply.queue_memory_mb": 16}``).
+    """
+    keys = {k if k.startswith("apply.") else f"target.{k}": v for k, v in target.items()}
+    return [
+        f"configuration_name={name}",
+        f"intermediate_dir={intermediate}",
+        f"output_dir={workdir / name / 'output'}",
+        f"apply.process_intermediate_size_per_job={limit_mib}",
+        "apply.max_cycles_per_run=0",
+        f"spark.master={SPARK_MASTER}",
+        f"spark.conf.spark.driver.memory={driver_memory}",
+        *(f"{k}={v}" for k, v in keys.items()),
+    ]
+
+
+def write_config(path: Path, settings: list[str]) -> Path:
+    """A YAML configuration file holding ``settings``, checked by the Applier's own loader."""
+    import yaml
+
+    from applier.config import load_config, parse_override
+
+    raw: dict[str, Any] = {}
+    for text in settings:
+        key, value = parse_override(text)
+        if key.startswith("spark.conf."):
+            raw.setdefault("spark", {}).setdefault("conf", {})[key[len("spark.conf.") :]] = value
+            continue
+        node = raw
+        *parents, leaf = key.split(".")
+        for part in parents:
+            node = node.setdefault(part, {})
+        node[leaf] = value
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(yaml.safe_dump(raw, sort_keys=False), encoding="utf-8")
+    load_config(path)  # refuses a bad file now rather than in the subprocess
+    return path
+
+
+def read_cycles(path: Path) -> list[dict[str, Any]]:
+    """The cycle reports of a run, one per line of ``cycles.jsonl``; none if the file is missing."""
+    if not path.exists():
+        return []
+    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+
+
+def summarize_cycles(cycles: list[dict[str, Any]]) -> dict[str, Any]:
+    """Totals over a run's cycle reports (phases are whatever keys ``seconds`` holds), and each cycle's figures."""
+    phases: dict[str, float] = defaultdict(float)
+    net: dict[str, int] = defaultdict(int)
+    held: dict[str, int] = defaultdict(int)
+    spooled: dict[str, int] = defaultdict(int)
+    for c in cycles:
+        for key, value in c.get("seconds", {}).items():
+            phases[key] += value
+        for ops in c.get("net_rows", {}).values():
+            for op, n in ops.items():
+                net[op] += n
+        queue = c.get("queue") or {}
+        for kind, n in queue.get("memory_bytes", {}).items():
+            held[kind] = max(held[kind], n)
+        for kind, n in queue.get("spooled_bytes", {}).items():
+            spooled[kind] += n
+    queues = [c["queue"] for c in cycles if c.get("queue")]
+    return {
+        "cycles": len(cycles),
+        **{k: sum(c.get(k, 0) for c in cycles) for k in ("rows_read", "committed", "rolled_back", "bytes")},
+        "phases": dict(phases),
+        "cycle_seconds": sum(phases.values()),
+        "per_cycle": [
+            {
+                "s": round(sum(c.get("seconds", {}).values()), 3),
+                "mib": round(c.get("bytes", 0) / MIB, 2),
+                "committed": c.get("committed", 0),
+                "rss": c.get("driver_peak_rss_mib", 0.0),
+                "queue_peak_mib": round((c.get("queue") or {}).get("peak_bytes", 0) / MIB, 1),
+            }
+            for c in cycles
+        ],
+        "driver_peak_rss_mib": max((c.get("driver_peak_rss_mib", 0.0) for c in cycles), default=0.0),
+        "driver_start_rss_mib": max((c.get("driver_start_rss_mib", 0.0) for c in cycles), default=0.0),
+        "queue": {
+            "budget_bytes": max((q.get("budget_bytes", 0) for q in queues), default=0),
+            "peak_bytes": max((q.get("peak_bytes", 0) for q in queues), default=0),
+            "memory_bytes": dict(held),
+            "spooled_bytes": dict(spooled),
+        },
+        "net_rows": dict(net),
+        "spilled": sum(len(c.get("spill_created", [])) for c in cycles),
+        "load_batches": [c.get("load_batches", []) for c in cycles],
+    }
+
+
+def run_applier(workdir: Path, name: str, settings: list[str], extra_args: tuple[str, ...] = ()) -> dict[str, Any]:
+    """``applier run`` of the configuration ``settings`` in a fresh process; wall, tree memory and its cycles.
+
+    Raises:
+        BenchError: the run failed.
+    """
+    config = write_config(workdir / name / "config.yaml", settings)
+    cmd = [sys.executable, "-m", "applier.cli", "run", "--config", str(config), *extra_args]
+    log_path = workdir / name / "run.log"
+    code, wall, peak = run_measured(cmd, log_path, f"applier run {name}")
+    if code != 0:
+        raise BenchError(f"applier run ({name}) exited {code}; log {log_path}:\n{tail(log_path)}")
+    cycles = summarize_cycles(read_cycles(workdir / name / "output" / name / "cycles.jsonl"))
+    result = {"name": name, "config": str(config), "wall_s": wall, "peak_tree_mib": peak, **cycles}
+    result["rows_per_s"] = cycles["rows_read"] / wall if wall else 0.0
+    phases = ", ".join(f"{k} {v:.1f}" for k, v in cycles["phases"].items())
+    progress(f"{name}: {cycles['cycles']} cycles, {cycles['rows_read']} rows in {wall:.1f} s; phases {phases}")
+    return result
+
+
+def choose_cycle_limit(intermediate: Path, want: int = 6) -> tuple[float, int]:
+    """A per-cycle limit in MiB giving about ``want`` cycles (4-8 if the pairs allow it), and its cycle count."""
+    from applier.intermediate.pairs import list_pairs
+    from applier.planner import plan_backlog
+
+    pairs = list_pairs(intermediate).pairs
+    total = sum(p.size for p in pairs)
+    candidates = {round(total / n / MIB + 0.005, 2) for n in range(1, 41)}
+    candidates |= {round(p.size / MIB + 0.005, 2) for p in pairs}
+    counted = sorted((len(plan_backlog(pairs, 0, int(c * MIB))), c) for c in candidates if c > 0)
+    in_range = [(abs(n - want), -c, n, c) for n, c in counted if 4 <= n <= 8]
+    if in_range:
+        _, _, n, c = min(in_range)
+        return c, n
+    n, c = max(counted)  # the most cycles the pairs allow (fewer than 4) or the fewest above 8
+    return c, n
 
 
 # ---------------------------------------------------------------------------
@@ -145,26 +281,20 @@ def run_part(
 
 
 def machine_facts() -> dict[str, Any]:
-    """Cores, memory, CPU model and the versions that matter."""
+    """Cores, memory, CPU model, the versions that matter and the commit under test."""
     facts: dict[str, Any] = {"nproc": len(os.sched_getaffinity(0)), "cpu_count": os.cpu_count()}
     try:
-        meminfo = Path("/proc/meminfo").read_text(encoding="ascii")
-        kib = {line.split(":")[0]: int(line.split()[1]) for line in meminfo.splitlines() if line.split()[1].isdigit()}
+        meminfo = Path("/proc/meminfo").read_text(encoding="ascii").splitlines()
+        kib = {line.split(":")[0]: int(line.split()[1]) for line in meminfo if line.split()[1].isdigit()}
         facts["mem_total_gib"] = round(kib["MemTotal"] / 1024 / 1024, 1)
         facts["mem_available_gib"] = round(kib.get("MemAvailable", 0) / 1024 / 1024, 1)
-    except (OSError, KeyError, IndexError):
+        cpuinfo = Path("/proc/cpuinfo").read_text(encoding="utf-8", errors="replace").splitlines()
+        facts["cpu_model"] = next(line.split(":", 1)[1].strip() for line in cpuinfo if line.startswith("model name"))
+    except (OSError, KeyError, IndexError, StopIteration):
         pass
-    try:
-        for line in Path("/proc/cpuinfo").read_text(encoding="utf-8", errors="replace").splitlines():
-            if line.startswith("model name"):
-                facts["cpu_model"] = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
-    facts["kernel"] = platform.release()
-    facts["python"] = platform.python_version()
+    facts["kernel"], facts["python"] = platform.release(), platform.python_version()
     versions = {}
-    for module in ("pyspark", "deltalake", "pyarrow"):
+    for module in ("pyspark", "deltalake", "pyarrow", "psycopg"):
         try:
             versions[module] = __import__(module).__version__
         except Exception:
@@ -180,70 +310,19 @@ def machine_facts() -> dict[str, Any]:
 
 
 def git_state() -> str:
-    """The commit the code under test is at, and whether the library has uncommitted changes."""
+    """The commit the code under test is at, and whether the library or bench/ has uncommitted changes."""
     try:
-        head = subprocess.run(
-            ["git", "rev-parse", "--short", "HEAD"], cwd=REPO, capture_output=True, text=True, check=True
-        ).stdout.strip()
+        git = ["git", "-C", str(REPO)]
+        head = subprocess.run([*git, "rev-parse", "--short", "HEAD"], capture_output=True, text=True, check=True)
         changed = subprocess.run(
-            ["git", "status", "--porcelain", "--", "include", "bench"], cwd=REPO, capture_output=True, text=True
-        ).stdout.split("\n")
+            [*git, "status", "--porcelain", "--", "include", "bench"], capture_output=True, text=True
+        )
     except (OSError, subprocess.CalledProcessError):
         return "unknown"
-    files = [line[3:] for line in changed if line.strip()]
-    return f"{head}" + (f" plus uncommitted changes to {', '.join(files)}" if files else "")
+    files = [line[3:] for line in changed.stdout.split("\n") if line.strip()]
+    return head.stdout.strip() + (f" plus uncommitted changes to {', '.join(files)}" if files else "")
 
 
 def load_average() -> tuple[float, float, float]:
     """The 1, 5 and 15 minute load averages."""
     return os.getloadavg()
-
-
-def finish_benchmark(
-    prog: str,
-    args: Any,
-    counts: tuple[str, ...],
-    run: Callable[[Any, Path], dict[str, Any]],
-    render: Callable[[dict[str, Any]], str],
-    parser: Any,
-) -> int:
-    """What each benchmark's ``main`` does once its arguments are parsed: check, run, write the report, tidy up.
-
-    Args:
-        prog: the benchmark's name, in error lines.
-        args: the parsed arguments (``workdir``, ``out``, ``keep``, ``file_size_mb`` and the ``counts``).
-        counts: argument names that must be at least 1 when given.
-        run: runs the benchmark in the work folder and returns its results.
-        render: the Markdown report of the results.
-        parser: the argument parser, for usage errors.
-
-    Returns:
-        0 when every measurement ran, 1 when a step failed (the work folder is then kept).
-    """
-    for name in counts:
-        value = getattr(args, name)
-        if value is not None and value < 1:
-            parser.error(f"--{name.replace('_', '-')} must be at least 1")
-    if not args.file_size_mb > 0:
-        parser.error("--file-size-mb must be positive")
-    workdir = args.workdir.resolve()
-    out = args.out.resolve() if args.out else None
-    os.environ.update({k: spark_env()[k] for k in ("PATH", "PYSPARK_PYTHON", "SPARK_LOCAL_IP")})
-    try:
-        report = run(args, workdir)
-    except BenchError as e:
-        print(f"{prog}: error: {e}", file=sys.stderr)
-        print(f"{prog}: the work folder {workdir} is kept for inspection", file=sys.stderr)
-        return 1
-    text = render(report)
-    if out:
-        out.parent.mkdir(parents=True, exist_ok=True)
-        out.write_text(text, encoding="utf-8")
-        progress(f"report written to {out}")
-    else:
-        print(text)
-    if not args.keep:
-        shutil.rmtree(workdir, ignore_errors=True)
-    else:
-        progress(f"work folder kept: {workdir}")
-    return 0

@@ -11,24 +11,20 @@ directions and in order. A client waiting for an answer therefore waits
 limited. The relay runs in a process of its own, so its threads never compete
 with the measured client for a Python lock.
 
-Run by :func:`delayed_server`; ``python -m bench.pg_delay --to HOST:PORT
---one-way-ms X --port-file F`` is its process.
+Run by :func:`delayed_server`, which forks the relay's process.
 """
 
 from __future__ import annotations
 
-import argparse
 import contextlib
+import multiprocessing
 import queue
 import socket
-import subprocess
-import sys
 import threading
 import time
 from collections.abc import Iterator
-from pathlib import Path
 
-from bench.common import BenchError
+from bench.measure import BenchError
 
 CHUNK = 256 * 1024
 
@@ -96,21 +92,16 @@ def _relay(client: socket.socket, target: tuple[str, int], delay_s: float) -> No
     server.close()
 
 
-def serve(target: tuple[str, int], one_way_ms: float, port_file: Path) -> None:
-    """Accept connections on a free loopback port (written to ``port_file``) and relay each one, forever."""
+def _serve(listener: socket.socket, target: tuple[str, int], delay_s: float) -> None:
+    """The relay process: relay each connection accepted on ``listener``, forever."""
     _precise_sleeps()
-    listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    listener.bind(("127.0.0.1", 0))
-    listener.listen(64)
-    port_file.write_text(str(listener.getsockname()[1]), encoding="ascii")
     while True:
         client, _ = listener.accept()
-        threading.Thread(target=_relay, args=(_nodelay(client), target, one_way_ms / 1000.0), daemon=True).start()
+        threading.Thread(target=_relay, args=(_nodelay(client), target, delay_s), daemon=True).start()
 
 
 @contextlib.contextmanager
-def delayed_server(server: str, one_way_ms: float, workdir: Path) -> Iterator[str]:
+def delayed_server(server: str, one_way_ms: float) -> Iterator[str]:
     """A relay to ``server`` (a libpq connection string) delaying each way by ``one_way_ms``, while in the block.
 
     Yields:
@@ -118,7 +109,7 @@ def delayed_server(server: str, one_way_ms: float, workdir: Path) -> Iterator[st
         with ``host`` and ``port`` of the relay).
 
     Raises:
-        BenchError: the server is not reached over TCP, or the relay did not start.
+        BenchError: the server is not reached over TCP.
     """
     import psycopg
 
@@ -126,37 +117,18 @@ def delayed_server(server: str, one_way_ms: float, workdir: Path) -> Iterator[st
     host, port = str(params.get("host") or ""), int(params.get("port") or 5432)
     if not host or host.startswith("/"):
         raise BenchError(f"the relay needs a server reached over TCP, not {host or 'the default socket'!r}")
-    port_file = workdir / f"relay-{one_way_ms:g}ms.port"
-    port_file.unlink(missing_ok=True)
-    cmd = [sys.executable, "-m", "bench.pg_delay", "--to", f"{host}:{port}", "--one-way-ms", str(one_way_ms)]
-    proc = subprocess.Popen([*cmd, "--port-file", str(port_file)], cwd=Path(__file__).resolve().parents[1])
+    listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(64)
+    # A process of its own (forked, so it inherits the listening socket), never competing for this one's GIL.
+    relay = multiprocessing.get_context("fork").Process(
+        target=_serve, args=(listener, (host, port), one_way_ms / 1000.0), daemon=True
+    )
+    relay.start()
     try:
-        for _ in range(200):
-            if port_file.exists() and port_file.read_text(encoding="ascii").strip():
-                break
-            if proc.poll() is not None:
-                raise BenchError(f"the delay relay exited {proc.returncode} before listening")
-            time.sleep(0.05)
-        else:
-            raise BenchError("the delay relay did not start listening within 10 s")
-        relay_port = int(port_file.read_text(encoding="ascii"))
-        yield psycopg.conninfo.make_conninfo(server, host="127.0.0.1", port=str(relay_port))
+        yield psycopg.conninfo.make_conninfo(server, host="127.0.0.1", port=str(listener.getsockname()[1]))
     finally:
-        proc.terminate()
-        proc.wait(timeout=10)
-        port_file.unlink(missing_ok=True)
-
-
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m bench.pg_delay", description=__doc__.splitlines()[0])
-    parser.add_argument("--to", required=True, help="HOST:PORT of the server")
-    parser.add_argument("--one-way-ms", type=float, required=True, help="milliseconds each chunk is held, each way")
-    parser.add_argument("--port-file", type=Path, required=True, help="where to write the port listened on")
-    args = parser.parse_args(argv)
-    host, _, port = args.to.rpartition(":")
-    serve((host, int(port)), args.one_way_ms, args.port_file)
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())
+        relay.terminate()
+        relay.join(timeout=10)
+        listener.close()

@@ -1,4 +1,4 @@
-"""``MERGE`` against ``INSERT … ON CONFLICT`` on the same staged rows (runs in a child process, ``--part forms``).
+"""``MERGE`` against ``INSERT … ON CONFLICT`` on the same staged rows (runs in a child process, ``--part pg-forms``).
 
 Issue 5 leaves the set-wise statement to the benchmark. The staged rows are
 the final rows of every keyed table (from the compiled run's database), in two
@@ -23,8 +23,8 @@ from typing import Any
 
 from psycopg import sql
 
-from bench.common import BenchError
-from bench.pg_limit import count_rows, final_changes, stage
+from bench.limit import count_rows, final_changes, stage
+from bench.measure import BenchError
 from bench.pg_server import fingerprints
 from bench.workload import latest_table_defs
 

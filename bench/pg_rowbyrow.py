@@ -1,4 +1,4 @@
-"""The log-order row-by-row baseline on PostgreSQL (runs in a child process, ``--part rowbyrow``).
+"""The log-order row-by-row baseline on PostgreSQL (runs in a child process, ``--part pg-rowbyrow``).
 
 The first committed transactions, in commit order, each change in log order as
 one parameterised statement, with one commit per source transaction: an insert
@@ -18,8 +18,8 @@ from typing import Any
 
 from psycopg import sql
 
-from bench.common import BenchError
-from bench.pg_source import Prefix, Typed, create_tables, load_prefix, run_prefix
+from bench.measure import BenchError
+from bench.source import Prefix, Typed, create_tables, load_prefix, run_prefix
 
 # The SQL of one change (pure; every identifier quoted, every value a parameter).
 
@@ -156,17 +156,7 @@ def apply_prefix(url: str, prefix: Prefix) -> dict[str, Any]:
 
 
 def part_rowbyrow(params: dict[str, Any]) -> dict[str, Any]:
-    """Apply each change of the first ``prefix`` committed transactions as one statement, in log order.
-
-    Args:
-        params: ``intermediate_dir``, ``url`` (an empty database) and ``prefix`` (transactions to apply).
-
-    Returns:
-        The transactions, changes, commits and statements applied, the seconds they took (typing the
-        parameters and in the database apart), and the seconds spent reading them (not timed with the rest).
-    """
+    """Apply each change of the first ``prefix`` committed transactions as one statement, in log order, at ``url``."""
     from pathlib import Path
 
-    prefix = load_prefix(Path(params["intermediate_dir"]), params["prefix"])
-    print(f"loaded {len(prefix.xids)} transactions, {prefix.rows} changes in {prefix.load_s:.1f} s", flush=True)
-    return apply_prefix(params["url"], prefix)
+    return apply_prefix(params["url"], load_prefix(Path(params["intermediate_dir"]), params["prefix"]))

@@ -12,7 +12,7 @@ import os
 from collections.abc import Iterable
 from typing import Any
 
-from bench.common import BenchError, progress
+from bench.measure import BenchError, progress
 
 DEFAULT_SERVER = "host=127.0.0.1 port=5432 user=postgres"
 # The settings that decide what a commit and a bulk load cost, shown in the report.
@@ -84,12 +84,13 @@ class Databases:
                 raise BenchError(f"PostgreSQL at {safe_server(self.server)}: {doing} failed: {e}") from e
 
     def create(self, role: str) -> str:
-        """A new, empty database for ``role`` (``compiled``, ``pertxn`` ...); its connection string."""
+        """A new, empty database for ``role`` (``compiled``, ``pertxn`` ...), after a :meth:`checkpoint`; its URL."""
         from psycopg import sql
 
         name = f"{self.prefix}_{role}"
         self._run(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)), f"creating database {name}")
         self.created.append(name)
+        self.checkpoint()
         return database_url(self.server, name)
 
     def drop(self, url: str) -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from bench.common import BenchError
+from bench.measure import BenchError
 from bench.workload import write_tail_pair
 
 

@@ -1,4 +1,4 @@
-"""The benchmark's workload: the work folder, the generated pairs, and the small pairs added after a bulk run."""
+"""The benchmark's workloads: the work folder, the generated pairs, and the small pairs the harness writes itself."""
 
 from __future__ import annotations
 
@@ -13,7 +13,9 @@ from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
-from bench.common import MARKER, MIB, BenchError, progress
+from bench.measure import MIB, BenchError, progress
+
+MARKER = ".cdc-bench"  # a folder holding this file is ours to delete
 
 
 def prepare_workdir(workdir: Path) -> None:
@@ -25,11 +27,17 @@ def prepare_workdir(workdir: Path) -> None:
             raise BenchError(f"--workdir {workdir} is not empty and was not made by this benchmark; not deleting it")
         shutil.rmtree(workdir)
     workdir.mkdir(parents=True)
-    (workdir / MARKER).write_text("made by bench.apply_bench; deleted by it\n", encoding="utf-8")
+    (workdir / MARKER).write_text("made by python -m bench; deleted by it\n", encoding="utf-8")
 
 
-def generate(intermediate: Path, transactions: int, file_size_mb: float) -> dict[str, Any]:
-    """Generate the ``bench`` workload into ``intermediate``; its figures and the seconds it took."""
+def generate(
+    intermediate: Path, profile: str, transactions: int | None, file_size_mb: float | None, **sizes: Any
+) -> dict[str, Any]:
+    """Generate a ``profile`` workload (seed 1) into ``intermediate``; its figures and the seconds it took.
+
+    ``transactions`` and ``file_size_mb`` are the profile's own when None; ``sizes`` are the profile's sizing
+    arguments (``tables``, ``columns`` of ``wide``).
+    """
     from applier.generate import generate_workload
 
     last = [time.perf_counter()]
@@ -37,14 +45,27 @@ def generate(intermediate: Path, transactions: int, file_size_mb: float) -> dict
     def show(done: int, total: int) -> None:
         if time.perf_counter() - last[0] > 15 and done < total:
             last[0] = time.perf_counter()
-            progress(f"generate: {done}/{total} transactions")
+            progress(f"generate {profile}: {done}/{total} transactions")
 
     started = time.perf_counter()
     s = generate_workload(
-        intermediate, profile="bench", transactions=transactions, seed=1, file_size_mb=file_size_mb, progress=show
+        intermediate,
+        profile=profile,
+        transactions=transactions,
+        seed=1,
+        file_size_mb=file_size_mb,
+        progress=show,
+        **sizes,
     )
     seconds = time.perf_counter() - started
-    facts = {
+    busiest = sorted(s.rows_per_table.items(), key=lambda kv: -kv[1])[:10]
+    progress(
+        f"generate {profile}: {s.rows} changes, {s.committed} committed of {s.transactions} transactions, "
+        f"{s.pairs} pairs, {s.bytes / MIB:.1f} MiB in {seconds:.0f} s"
+    )
+    return {
+        "profile": profile,
+        "arguments": {"transactions": transactions, "file_size_mb": file_size_mb, **sizes},
         "transactions": s.transactions,
         "committed": s.committed,
         "rolled_back": s.rolled_back,
@@ -53,17 +74,11 @@ def generate(intermediate: Path, transactions: int, file_size_mb: float) -> dict
         "changes": s.rows,
         "pairs": s.pairs,
         "bytes": s.bytes,
-        "rows_per_table": dict(s.rows_per_table),
-        "rows_per_op": dict(s.rows_per_op),
-        "last_lsn": s.last_lsn,
-        "file_size_mb": file_size_mb,
+        "tables": len(s.rows_per_table),
+        "rows_per_table": dict(busiest) if len(s.rows_per_table) > 10 else dict(sorted(s.rows_per_table.items())),
+        "rows_per_op": dict(sorted(s.rows_per_op.items())),
         "seconds": seconds,
     }
-    progress(
-        f"generate: {s.rows} changes, {s.committed} committed of {s.transactions} transactions, "
-        f"{s.pairs} pairs, {s.bytes / MIB:.1f} MiB in {seconds:.0f} s"
-    )
-    return facts
 
 
 def latest_table_defs(intermediate: Path) -> dict[str, Any]:
@@ -85,13 +100,9 @@ def _json_value(v: Any) -> Any:
     """A Python value read from Arrow, in the spec's JSON encoding."""
     from applier.intermediate.writer import utc_text
 
-    if v is None or isinstance(v, bool | int | str):
-        return v
-    if isinstance(v, float):
-        if math.isnan(v):
-            return "NaN"
-        if math.isinf(v):
-            return "Infinity" if v > 0 else "-Infinity"
+    if isinstance(v, float) and not math.isfinite(v):
+        return "NaN" if math.isnan(v) else ("Infinity" if v > 0 else "-Infinity")
+    if v is None or isinstance(v, bool | int | str | float):
         return v
     if isinstance(v, Decimal):
         return format(v, "f")
@@ -117,22 +128,20 @@ def write_tail_pair(config: Any, target: Any, number: int, transactions: int) ->
     customers = target.read_arrow("shop.customers")
     if customers is None or customers.num_rows < transactions:
         raise BenchError("the target holds too few customers for the small cycle")
-    picked = random.Random(number).sample(range(customers.num_rows), transactions)
-    rows = customers.take(picked).to_pylist()
+    rows = customers.take(random.Random(number).sample(range(customers.num_rows), transactions)).to_pylist()
     writer = IntermediateWriter(
         config.intermediate_dir, max_file_size_bytes=64 * MIB, start_seq=checkpoint.applied_seq + 1
     )
     for name in ("shop.customers", "shop.events"):
         writer.define_table(checkpoint.tables[name])
-    lsn = (checkpoint.last_lsn or 0) + 1000
-    now = dt.datetime.now(dt.UTC)
-    changes = 0
+    lsn, now = (checkpoint.last_lsn or 0) + 1000, dt.datetime.now(dt.UTC)
     for i, row in enumerate(rows):
         xid = f"bench-tail-{number}-{i}"
         before = {k: _json_value(v) for k, v in row.items()}
-        after = {**before, "loyalty_points": before["loyalty_points"] + 1}
         writer.begin(xid, lsn, now)
-        writer.row(lsn + 1, xid, "shop.customers", "U", before, after)
+        writer.row(
+            lsn + 1, xid, "shop.customers", "U", before, {**before, "loyalty_points": before["loyalty_points"] + 1}
+        )
         for j in range(2):
             event = {
                 "at": utc_text(now),
@@ -144,6 +153,59 @@ def write_tail_pair(config: Any, target: Any, number: int, transactions: int) ->
             writer.row(lsn + 2 + j, xid, "shop.events", "I", None, event)
         writer.commit(xid, lsn + 4, now)
         lsn += 10
-        changes += 3
     writer.close()
-    return {"seq": checkpoint.applied_seq + 1, "transactions": transactions, "changes": changes}
+    return {"seq": checkpoint.applied_seq + 1, "transactions": transactions, "changes": 3 * transactions}
+
+
+def write_run_length_pairs(intermediate: Path, pairs: int, per_pair: int, accounts: int = 1000) -> dict[str, Any]:
+    """``pairs`` small pairs of equal shape, one per cycle of the run-length step; their figures.
+
+    Pair 1 inserts ``accounts`` rows of a keyed table in one transaction; every
+    later pair holds ``per_pair`` committed transactions, each updating one
+    account (its before-image exact) and appending a row to a keyless table.
+    """
+    from applier.intermediate.schema import Column, TableDef
+    from applier.intermediate.writer import IntermediateWriter, utc_text
+
+    started = time.perf_counter()
+    keyed = TableDef("bench.accounts", (Column("id", "bigint", False), Column("balance", "bigint", False)), ("id",))
+    audit = TableDef("bench.audit", (Column("account", "bigint", False), Column("at", "timestamp", False)), ())
+    balances, lsn, rng = dict.fromkeys(range(accounts), 0), 1, random.Random(1)
+    now = dt.datetime(2026, 1, 1, tzinfo=dt.UTC)
+    for seq in range(1, pairs + 1):
+        with IntermediateWriter(intermediate, max_file_size_bytes=64 * MIB, start_seq=seq) as writer:
+            writer.define_table(keyed)
+            writer.define_table(audit)
+            batch = [None] if seq == 1 else [rng.randrange(accounts) for _ in range(per_pair)]
+            for n, account in enumerate(batch):
+                xid, at = f"r{seq}-{n}", now + dt.timedelta(seconds=lsn)
+                writer.begin(xid, lsn, at)
+                if account is None:
+                    for i in range(accounts):
+                        writer.row(lsn + 1 + i, xid, keyed.name, "I", None, {"id": i, "balance": 0})
+                    lsn += accounts
+                else:
+                    old = {"id": account, "balance": balances[account]}
+                    balances[account] += 1
+                    writer.row(lsn + 1, xid, keyed.name, "U", old, {**old, "balance": balances[account]})
+                    writer.row(lsn + 2, xid, audit.name, "I", None, {"account": account, "at": utc_text(at)})
+                writer.commit(xid, lsn + 3, at)
+                lsn += 4
+    size = sum(f.stat().st_size for f in intermediate.iterdir())
+    changes = accounts + 2 * per_pair * (pairs - 1)
+    progress(f"run-length pairs: {pairs} pairs, {changes} changes, {size / MIB:.1f} MiB")
+    return {
+        "profile": "run-length (written by bench.workload)",
+        "transactions": 1 + per_pair * (pairs - 1),
+        "committed": 1 + per_pair * (pairs - 1),
+        "rolled_back": 0,
+        "left_open": 0,
+        "empty": 0,
+        "changes": changes,
+        "pairs": pairs,
+        "bytes": size,
+        "tables": 2,
+        "rows_per_table": {keyed.name: accounts + per_pair * (pairs - 1), audit.name: per_pair * (pairs - 1)},
+        "rows_per_op": {"I": accounts + per_pair * (pairs - 1), "U": per_pair * (pairs - 1)},
+        "seconds": time.perf_counter() - started,
+    }

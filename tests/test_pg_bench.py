@@ -1,7 +1,8 @@
-"""The PostgreSQL benchmark's parts: the baselines, the statement forms, the limit and the report.
+"""The benchmark's PostgreSQL parts: the baselines, the statement forms, the limit, the relay and the report.
 
 The baselines and forms run against the real server (a fresh database per
-test); the last test runs the whole benchmark at a tiny size in a subprocess.
+test); the last tests run the PostgreSQL steps of ``python -m bench`` at a tiny
+size in a subprocess.
 """
 
 from __future__ import annotations
@@ -26,10 +27,10 @@ REPO = Path(__file__).resolve().parents[1]
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
-from bench import pg_delay, pg_forms, pg_limit, pg_network, pg_pertxn, pg_report, pg_rowbyrow  # noqa: E402
-from bench.common import BenchError  # noqa: E402
+from bench import figures, limit, pertxn, pg_delay, pg_forms, pg_rowbyrow, report_details  # noqa: E402
+from bench.measure import BenchError  # noqa: E402
 from bench.pg_server import fingerprints, is_local  # noqa: E402
-from bench.pg_source import Prefix, Typed, transaction_net  # noqa: E402
+from bench.source import Prefix, Typed, transaction_net  # noqa: E402
 
 ITEMS = TableDef(
     "shop.items",
@@ -177,34 +178,33 @@ def test_merge_statement_deletes_updates_and_inserts_from_staging() -> None:
 
 def test_extrapolations_count_the_first_half_once_or_scale_the_whole_prefix() -> None:
     part = {"transactions": 100, "half_transactions": 50, "seconds": 30.0, "half_s": 20.0}
-    assert pg_report.linear(part, 1000) == 300.0
-    assert pg_report.steady(part, 1000) == 20.0 + 10.0 / 50 * 950
+    assert figures.linear(part, 1000) == 300.0
+    assert figures.steady(part, 1000) == 20.0 + 10.0 / 50 * 950
 
 
 def _baselines(per_transactions: int, row_transactions: int, committed: int = 1000) -> dict[str, Any]:
     part = {"rows": 10, "half_transactions": 1, "half_rows": 5, "seconds": 2.0, "half_s": 1.0}
     return {
-        "workload": {"committed": committed},
-        "pertxn": {**part, "transactions": per_transactions},
-        "rowbyrow": {**part, "transactions": row_transactions},
+        "workloads": {"narrow": {"committed": committed}},
+        "pg-pertxn": {**part, "transactions": per_transactions},
+        "pg-rowbyrow": {**part, "transactions": row_transactions},
     }
 
 
-def test_baselines_that_apply_every_transaction_are_measured_and_a_prefix_is_extrapolated() -> None:
-    assert not pg_report.any_prefix(_baselines(1000, 1000))
-    assert pg_report.any_prefix(_baselines(1000, 60))
-    assert pg_report.whole({"transactions": 1000}, 1000) and not pg_report.whole({"transactions": 999}, 1000)
+def test_a_baseline_that_applies_every_transaction_is_measured_and_a_prefix_is_extrapolated() -> None:
+    assert figures.whole({"transactions": 1000}, 1000) and not figures.whole({"transactions": 999}, 1000)
 
 
 def test_the_report_says_how_a_prefix_was_extrapolated_and_which_baseline_matched_the_compiled_rows() -> None:
-    r = {**_baselines(1000, 60), "baselines_agree": None, "baselines_match_compiled": {"pertxn": True}}
+    r = {**_baselines(1000, 60), "pg-baselines": {"agree": None, "match_compiled": {"pg-pertxn": True}}}
     lines: list[str] = []
-    fig = pg_report.Figures(*([1.0] * 10), extrapolated=True)
-    pg_report._baselines_basis(r, fig, lines.append)
+    report_details._pg_basis(r, lines.append)
     text = " ".join(lines)
     assert "extrapolated linearly to all 1,000 committed transactions" in text
-    assert "in every table: not compared (different prefixes); per-transaction and the one-cycle compiled apply " \
+    assert (
+        "in every table: not compared (different prefixes); per-transaction and the one-cycle compiled apply "
         "leave the same rows: yes." in text
+    )
     assert "row-by-row and the one-cycle" not in text
 
 
@@ -224,27 +224,23 @@ def test_a_server_is_local_on_loopback_or_a_socket(server: str, local: bool) -> 
 
 
 def test_network_model_adds_a_round_trip_per_statement_and_finds_where_a_goal_holds() -> None:
-    result = {
-        "workload": {"committed": 1000},
-        "compiled_one": {"cycles": 2},
-        "limit": {"per_table": {"a": {"bytes": 1_000_000}, "b": {"bytes": 250_000}}},
-        "pertxn": {"transactions": 100, "statements": 300, "copies": 150, "commits": 100},
-        "rowbyrow": {"transactions": 100, "statements": 1000, "commits": 100},
-    }
-    trips = pg_network.round_trips(result)
-    per_cycle = 2 * pg_network.COMPILED_ROUND_TRIPS_PER_TABLE + pg_network.COMPILED_ROUND_TRIPS_PER_CYCLE
-    assert trips == pg_network.RoundTrips(
+    limit_result = {"per_table": {"a": {"bytes": 1_000_000}, "b": {"bytes": 250_000}}}
+    per = {"transactions": 100, "statements": 300, "copies": 150, "commits": 100}
+    row = {"transactions": 100, "statements": 1000, "commits": 100}
+    trips = figures.round_trips(1000, 2, limit_result, per, row)
+    per_cycle = 2 * figures.COMPILED_ROUND_TRIPS_PER_TABLE + figures.COMPILED_ROUND_TRIPS_PER_CYCLE
+    assert trips == figures.RoundTrips(
         compiled=2.0 * per_cycle, per_transaction=6500.0, row_by_row=12000.0, copy_bytes=1_250_000
     )
-    modelled = pg_network.at_rtt(1.0, trips, (10.0, 50.0, 100.0), bandwidth_mbit_s=100.0)
+    modelled = figures.at_rtt(1.0, trips, (10.0, 50.0, 100.0), bandwidth_mbit_s=100.0)
     assert modelled.row_by_row_s == pytest.approx(100.0 + 12.0)
     assert modelled.per_transaction_s == pytest.approx(50.0 + 6.5)
     assert modelled.compiled_s == pytest.approx(10.0 + 2 * per_cycle / 1000 + 0.1)
     # 100 + 12000 r >= 25 (10 + 0.1 + trips.compiled r)
     expected = (25 * 10.1 - 100.0) / (12000.0 - 25 * trips.compiled) * 1000
-    assert pg_network.break_even_rtt_ms(25, 100.0, 12000.0, trips, 10.0, 100.0) == pytest.approx(expected)
-    assert pg_network.break_even_rtt_ms(5, 100.0, 12000.0, trips, 10.0, 100.0) == 0.0
-    assert pg_network.break_even_rtt_ms(25, 100.0, 10.0, trips, 10.0, 100.0) is None
+    assert figures.break_even_rtt_ms(25, 100.0, 12000.0, trips, 10.0, 100.0) == pytest.approx(expected)
+    assert figures.break_even_rtt_ms(5, 100.0, 12000.0, trips, 10.0, 100.0) == 0.0
+    assert figures.break_even_rtt_ms(25, 100.0, 10.0, trips, 10.0, 100.0) is None
 
 
 def test_through_the_relay_each_round_trip_costs_what_the_relay_adds_to_a_select() -> None:
@@ -256,8 +252,8 @@ def test_through_the_relay_each_round_trip_costs_what_the_relay_adds_to_a_select
         "pertxn": {"seconds": 2.3, "statements": 100, "copies": 50, "commits": 25},
         "rowbyrow": {"seconds": 4.4, "statements": 900, "commits": 50},
     }
-    trips = pg_network.RoundTrips(compiled=140.0, per_transaction=20_000.0, row_by_row=300_000.0, copy_bytes=0)
-    m = pg_network.measured_at(run, 0.1, {"pertxn": 30.0, "rowbyrow": 60.0}, trips)
+    trips = figures.RoundTrips(compiled=140.0, per_transaction=20_000.0, row_by_row=300_000.0, copy_bytes=0)
+    m = figures.measured_at(run, 0.1, {"pertxn": 30.0, "rowbyrow": 60.0}, trips)
     assert (m.rtt_ms, m.compiled_s) == (0.6, 12.0)
     assert m.added_ms == pytest.approx(0.5)
     # Each prefix: directly, through the relay, and directly + its round trips x 0.5 ms.
@@ -271,11 +267,11 @@ def test_through_the_relay_each_round_trip_costs_what_the_relay_adds_to_a_select
 
 
 @pytest.mark.postgres
-def test_delay_relay_holds_every_byte_each_way_and_passes_it_on_intact(tmp_path: Path) -> None:
+def test_delay_relay_holds_every_byte_each_way_and_passes_it_on_intact() -> None:
     from pg_support import database_url
 
     server = database_url("postgres")
-    with pg_delay.delayed_server(server, 20.0, tmp_path) as via, psycopg.connect(via, autocommit=True) as conn:
+    with pg_delay.delayed_server(server, 20.0) as via, psycopg.connect(via, autocommit=True) as conn:
         started = time.perf_counter()
         value = conn.execute("SELECT repeat('ab', 2500000) || %s", ["!"]).fetchone()
         waited = time.perf_counter() - started
@@ -283,11 +279,12 @@ def test_delay_relay_holds_every_byte_each_way_and_passes_it_on_intact(tmp_path:
         # The query went out and its answer came back, each held 20 ms by the relay: never sooner than that.
         assert waited >= 0.040
         assert psycopg.conninfo.conninfo_to_dict(via)["host"] == "127.0.0.1"
-    assert not list(tmp_path.iterdir())  # its port file is gone with it
+    with pytest.raises(psycopg.OperationalError):  # the relay is gone with the block
+        psycopg.connect(via, connect_timeout=2)
 
 
 @pytest.mark.postgres
-@pytest.mark.parametrize("apply_prefix", [pg_pertxn.apply_prefix, pg_rowbyrow.apply_prefix], ids=["pertxn", "rowbyrow"])
+@pytest.mark.parametrize("apply_prefix", [pertxn.apply_prefix, pg_rowbyrow.apply_prefix], ids=["pertxn", "rowbyrow"])
 def test_baseline_applies_each_source_transaction_to_the_expected_rows(apply_prefix: Any, pg_url: str) -> None:
     result = apply_prefix(pg_url, prefix())
     assert table_rows(pg_url) == EXPECTED
@@ -306,9 +303,9 @@ def test_row_by_row_refuses_an_update_of_a_row_the_table_does_not_hold(pg_url: s
 def test_limit_and_both_statement_forms_rebuild_the_source_rows(pg_url: str) -> None:
     from pg_support import fresh_database
 
-    pg_pertxn.apply_prefix(pg_url, prefix())
+    pertxn.apply_prefix(pg_url, prefix())
     with fresh_database() as limit_url:
-        result = pg_limit.copy_and_apply(pg_url, limit_url, DEFS)
+        result = limit.copy_and_apply(pg_url, limit_url, DEFS)
         assert fingerprints(limit_url, DEFS) == fingerprints(pg_url, DEFS)
         assert result["final_rows"] == 5
         assert {name: t["rows"] for name, t in result["per_table"].items()} == {
@@ -339,7 +336,7 @@ def test_whole_benchmark_runs_at_a_tiny_size_and_drops_its_databases(tmp_path: P
 
     out = tmp_path / "report.md"
     cmd = [
-        sys.executable, "-m", "bench.pg_bench", "--transactions", "300", "--file-size-mb", "0.25",
+        sys.executable, "-m", "bench", "--steps", "pg", "--transactions", "300", "--file-size-mb", "0.25",
         "--forms-repeats", "1", "--server", SERVER, "--network-rtt-ms", "0.5", "--network-prefix", "40",
         "--workdir", str(tmp_path / "work"), "--out", str(out),
     ]  # fmt: skip
@@ -347,13 +344,19 @@ def test_whole_benchmark_runs_at_a_tiny_size_and_drops_its_databases(tmp_path: P
     output, _ = proc.communicate(timeout=900)
     assert proc.returncode == 0, output[-3000:]
     report = out.read_text(encoding="utf-8")
-    for heading in ("## Side by side", "## Goals of the issue", "## MERGE or INSERT … ON CONFLICT", "## Peak memory"):
+    headings = (
+        "## Side by side: PostgreSQL",
+        "## Goals of the issues",
+        "## MERGE or INSERT … ON CONFLICT",
+        "## Peak memory",
+    )
+    for heading in headings:
         assert heading in report
     assert "Both compiled runs leave the same rows (count and digest) in every table: yes." in report
     assert report.split("Both baselines leave the same rows")[1].startswith(" (count and digest) in every table: yes;")
     # By default both baselines apply every committed transaction: measured, and equal to the compiled apply.
     assert "| per-transaction (measured) |" in report and "| log-order row-by-row (measured) |" in report
-    assert "extrapolated" not in report.split("## Side by side")[1].split("## Against")[0]
+    assert "extrapolated" not in report.split("## Side by side")[1].split("## Every `applier run`")[0]
     assert "per-transaction and the one-cycle compiled apply leave the same rows: yes" in report
     assert "row-by-row and the one-cycle compiled apply leave the same rows: yes" in report
     assert "Both forms left the same rows in every trial: yes." in report
@@ -370,10 +373,10 @@ def test_whole_benchmark_runs_at_a_tiny_size_and_drops_its_databases(tmp_path: P
 
 def test_benchmark_refuses_a_server_it_cannot_reach_without_showing_the_password(tmp_path: Path) -> None:
     server = "host=127.0.0.1 port=1 user=postgres password=s3cret connect_timeout=5"
-    cmd = [sys.executable, "-m", "bench.pg_bench", "--server", server, "--workdir", str(tmp_path / "work")]
+    cmd = [sys.executable, "-m", "bench", "--server", server, "--workdir", str(tmp_path / "work")]
     proc = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 1
-    assert "pg_bench: error: cannot connect to PostgreSQL at " in proc.stderr
+    assert "bench: error: cannot connect to PostgreSQL at " in proc.stderr
     assert "port=1" in proc.stderr
     assert "s3cret" not in proc.stderr + proc.stdout
     assert not (tmp_path / "work").exists()

@@ -1,29 +1,74 @@
-"""What the PostgreSQL baselines apply: a prefix of the committed transactions, and one transaction's net changes.
+"""What the baselines apply: a prefix of the committed transactions, typed images, and one transaction's net changes.
 
-The prefix is read as the Delta baseline reads it (``bench.per_transaction``:
-the first committed transactions in commit order, each one's rows in lsn
-order, images as parsed JSON). :func:`transaction_net` compiles one source
-transaction into the same :class:`~applier.engine.changes.TableChanges` the
-engine hands a target for a whole cycle, so the per-transaction baseline runs
-exactly the target's staging and set-wise statements, only once per source
-transaction. Pure apart from reading the pairs.
+The prefix is the first committed transactions in commit order (from the
+``.trn`` files), each one's rows in lsn order, images as parsed JSON.
+:func:`transaction_net` compiles one source transaction into the same
+:class:`~applier.engine.changes.TableChanges` the engine hands a target for a
+whole cycle, so the PostgreSQL per-transaction baseline runs exactly the
+target's staging and set-wise statements, only once per source transaction.
+Pure apart from reading the pairs.
 """
 
 from __future__ import annotations
 
+import base64
+import datetime as dt
+import json
+import math
 import time
+from collections import defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass
+from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
 
 from applier.engine.changes import COUNT_COLUMN, TableChanges
-from bench.per_transaction import Change, Segment, _changes_by_xid, _commit_order, _net_keyed, _same_key, _Typed
 from bench.workload import latest_table_defs
 
-Typed = _Typed  # turns JSON images of one table into typed rows and Arrow tables
+Segment = tuple[str, Any, Any]  # (op, before-image, after-image) of one change
+Change = tuple[str, str, Any, Any]  # (table, op, before-image, after-image)
+_SPECIALS = {"NaN": math.nan, "Infinity": math.inf, "-Infinity": -math.inf}
+_CONVERT: dict[str, Callable[[Any], Any]] = {
+    "int": int,
+    "bigint": int,
+    "boolean": bool,
+    "string": str,
+    "double": lambda v: _SPECIALS[v] if isinstance(v, str) else float(v),
+    "date": dt.date.fromisoformat,
+    "timestamp": dt.datetime.fromisoformat,
+    "binary": base64.b64decode,
+}  # every other spec type is decimal(p,s), written as a string
+
+
+class Typed:
+    """Turns JSON images of one table into rows and Arrow tables of its (latest) definition."""
+
+    def __init__(self, table: Any) -> None:
+        from applier.engine.changes import arrow_schema
+
+        self.table = table
+        self.schema = arrow_schema(table)
+        self.loose = pa.schema([f.with_nullable(True) for f in self.schema])
+        self.convert = [(c.name, _CONVERT.get(c.type, Decimal)) for c in table.columns]
+
+    def rows(self, images: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        """JSON images as rows of Python values of the table's types."""
+        return [{n: (None if (v := img.get(n)) is None else f(v)) for n, f in self.convert} for img in images]
+
+    def arrow(self, rows: list[dict[str, Any]], extra: dict[str, Any] | None = None) -> pa.Table:
+        """Rows as an Arrow table of the table's columns (all nullable), plus ``extra`` string columns."""
+        columns = {f.name: pa.array([r.get(f.name) for r in rows], f.type) for f in self.loose}
+        for name, values in (extra or {}).items():
+            columns[name] = pa.array(values, pa.string())
+        return pa.table(columns)
+
+
+def same_key(v: Any) -> Any:
+    """A value to compare rows by: NaN equal to NaN and -0.0 equal to 0.0, as in the table."""
+    return "__nan__" if isinstance(v, float) and math.isnan(v) else (0.0 if v == 0.0 and isinstance(v, float) else v)
 
 
 @dataclass
@@ -47,11 +92,37 @@ class Prefix:
 
 def load_prefix(intermediate: Path, transactions: int) -> Prefix:
     """The first ``transactions`` committed transactions of the pairs in ``intermediate`` (fewer if there are)."""
+    import pyarrow.compute as pc
+    import pyarrow.parquet as pq
+
+    from applier.intermediate.pairs import list_pairs
+
     started = time.perf_counter()
+    xids: list[str] = []
+    needed = []
+    for ref in list_pairs(intermediate).pairs:
+        needed.append(ref)
+        with open(ref.trn_path, encoding="utf-8") as fh:
+            next(fh)
+            for line in fh:
+                event = json.loads(line)
+                if event["record"] == "commit" and len(xids) < transactions:
+                    xids.append(event["xid"])
+        if len(xids) >= transactions:
+            break
+    wanted = pa.array(xids, pa.string())
+    parts = []
+    for ref in needed:
+        dat = pq.read_table(ref.dat_path, columns=["lsn", "xid", "table", "op", "before", "after"])
+        parts.append(dat.filter(pc.is_in(dat["xid"], value_set=wanted)))
+    data = pa.concat_tables(parts).sort_by("lsn")
+    by_xid: dict[str, list[Change]] = defaultdict(list)
+    for row in data.to_pylist():
+        before = json.loads(row["before"]) if row["before"] is not None else None
+        after = json.loads(row["after"]) if row["after"] is not None else None
+        by_xid[row["xid"]].append((row["table"], row["op"], before, after))
     defs = latest_table_defs(intermediate)
-    xids, needed = _commit_order(intermediate, transactions)
-    by_xid, rows = _changes_by_xid(needed, xids)
-    return Prefix(defs, xids, dict(by_xid), rows, time.perf_counter() - started)
+    return Prefix(defs, xids, dict(by_xid), data.num_rows, time.perf_counter() - started)
 
 
 def run_prefix(prefix: Prefix, apply_transaction: Callable[[list[Change]], None]) -> dict[str, Any]:
@@ -62,6 +133,7 @@ def run_prefix(prefix: Prefix, apply_transaction: Callable[[list[Change]], None]
         seconds and changes of the first half of the transactions (which holds the initial loads), so the
         report can extrapolate the second half's rate as well as the whole prefix's.
     """
+    print(f"loaded {len(prefix.xids)} transactions, {prefix.rows} changes in {prefix.load_s:.1f} s", flush=True)
     half = len(prefix.xids) // 2
     rows, half_s, half_rows = 0, 0.0, 0
     started = time.perf_counter()
@@ -73,11 +145,10 @@ def run_prefix(prefix: Prefix, apply_transaction: Callable[[list[Change]], None]
             half_s, half_rows = time.perf_counter() - started, rows
         if n % 1000 == 0:
             print(f"{n}/{len(prefix.xids)} transactions in {time.perf_counter() - started:.1f} s", flush=True)
-    seconds = time.perf_counter() - started
     return {
         "transactions": len(prefix.xids),
         "rows": rows,
-        "seconds": seconds,
+        "seconds": time.perf_counter() - started,
         "half_transactions": half,
         "half_s": half_s,
         "half_rows": half_rows,
@@ -102,6 +173,22 @@ def per_table(changes: list[Change]) -> tuple[dict[str, list[Segment]], set[str]
     return tables, truncated
 
 
+def net_keyed(key_of: list[str], segment: list[Segment]) -> dict[tuple[Any, ...], dict[str, Any] | None]:
+    """The net effect of a keyed segment: per key, the last after-image, or ``None`` when the row is gone."""
+    final: dict[tuple[Any, ...], dict[str, Any] | None] = {}
+    for op, before, after in segment:
+        if op == "I":
+            final[tuple(after[k] for k in key_of)] = after
+        elif op == "U":
+            old, new = tuple(before[k] for k in key_of), tuple(after[k] for k in key_of)
+            if old != new:
+                final[old] = None
+            final[new] = after
+        else:
+            final[tuple(before[k] for k in key_of)] = None
+    return final
+
+
 def _net_counted(typed: Typed, segment: list[Segment]) -> tuple[list[dict[str, Any]], list[int]]:
     """A keyless table's net change: each row value with its signed count (zero counts dropped)."""
     net: dict[tuple[Any, ...], list[Any]] = {}
@@ -109,7 +196,7 @@ def _net_counted(typed: Typed, segment: list[Segment]) -> tuple[list[dict[str, A
 
     def add(image: dict[str, Any], n: int) -> None:
         row = typed.rows([image])[0]
-        entry = net.setdefault(tuple(_same_key(row[c]) for c in names), [row, 0])
+        entry = net.setdefault(tuple(same_key(row[c]) for c in names), [row, 0])
         entry[1] += n
 
     for op, before, after in segment:
@@ -133,13 +220,13 @@ def table_net(typed: Typed, segment: list[Segment], truncate: bool) -> TableChan
         stats["D"] = -sum(n for n in counts if n < 0)
         empty = typed.arrow([])
         return TableChanges(table, truncate, empty, empty.select(key), counted, stats)
-    final = _net_keyed(key, segment)
+    final = net_keyed(key, segment)
     ups = [image for image in final.values() if image is not None]
     gone = [dict(zip(key, k, strict=True)) for k, image in final.items() if image is None]
     stats["U"], stats["D"] = len(ups), len(gone)
-    upserts = typed.arrow(typed.rows(ups))
-    deletes = typed.arrow(typed.rows(gone)).select(key)
-    return TableChanges(table, truncate, upserts, deletes, None, stats)
+    return TableChanges(
+        table, truncate, typed.arrow(typed.rows(ups)), typed.arrow(typed.rows(gone)).select(key), None, stats
+    )
 
 
 def transaction_net(changes: list[Change], typed: dict[str, Typed]) -> dict[str, TableChanges]:
@@ -162,7 +249,7 @@ def copy_data(rows: pa.Table) -> bytes:
 
 
 def create_tables(conn: Any, defs: dict[str, Any]) -> None:
-    """Create every table (and its schema) empty, as the target would on first sight, and commit."""
+    """Create every table (and its schema) empty, as the PostgreSQL target would on first sight, and commit."""
     from applier.targets import pg_sql as q
 
     with conn.transaction():
