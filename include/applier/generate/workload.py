@@ -12,7 +12,7 @@ from applier.generate.clock import SimClock
 from applier.generate.database import Database
 from applier.generate.profiles import get_profile
 from applier.generate.runner import Runner, RunState
-from applier.generate.shapes.profiles import SHAPE_PROFILES
+from applier.generate.shapes.profiles import SHAPE_PROFILES, check_sizes
 from applier.generate.shapes.run import generate_shaped
 from applier.generate.stream import Stream, StreamStats
 from applier.generate.tables import TABLE_DEFS
@@ -125,10 +125,7 @@ def generate_workload(
     chosen = get_profile(profile)
     total = chosen.transactions if transactions is None else transactions
     size_mb = chosen.file_size_mb if file_size_mb is None else file_size_mb
-    if total < 1:
-        raise ValueError(f"transactions={total} is not allowed; it must be at least 1")
-    if not size_mb > 0:
-        raise ValueError(f"file_size_mb={size_mb} is not allowed; it must be positive")
+    check_sizes(total, size_mb)
     out_dir = Path(out_dir)
     _check_out_dir(out_dir)
     rng, clock, stats = random.Random(seed), SimClock(), StreamStats()

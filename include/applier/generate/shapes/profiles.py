@@ -115,3 +115,15 @@ def check_tables(tables: int) -> None:
     """
     if not 1 <= tables <= MAX_TABLES:
         raise ValueError(f"tables={tables} is not allowed; it must be 1 to {MAX_TABLES}")
+
+
+def check_sizes(transactions: int, file_size_mb: float) -> None:
+    """Refuse a workload of no transactions or pairs of no size (every profile, shop or shaped).
+
+    Raises:
+        ValueError: naming the value and what is allowed.
+    """
+    if transactions < 1:
+        raise ValueError(f"transactions={transactions} is not allowed; it must be at least 1")
+    if not file_size_mb > 0:
+        raise ValueError(f"file_size_mb={file_size_mb} is not allowed; it must be positive")

@@ -10,7 +10,7 @@ from applier.generate.clock import SimClock
 from applier.generate.runner import RunState
 from applier.generate.shapes.many_open import ManyOpenRunner
 from applier.generate.shapes.ops import Shaped
-from applier.generate.shapes.profiles import MANY_OPEN, SHAPE_PROFILES, check_columns, check_tables
+from applier.generate.shapes.profiles import MANY_OPEN, SHAPE_PROFILES, check_columns, check_sizes, check_tables
 from applier.generate.shapes.tables import build_tables
 from applier.generate.shapes.wide import WideRunner
 from applier.generate.stream import Stream, StreamStats
@@ -59,10 +59,7 @@ def generate_shaped(
             raise ValueError(f"profile {profile} does not take {option}; it sizes its own table set")
     total = shape.transactions if transactions is None else transactions
     size_mb = shape.file_size_mb if file_size_mb is None else file_size_mb
-    if total < 1:
-        raise ValueError(f"transactions={total} is not allowed; it must be at least 1")
-    if not size_mb > 0:
-        raise ValueError(f"file_size_mb={size_mb} is not allowed; it must be positive")
+    check_sizes(total, size_mb)
     table_count, column_range = tables or shape.tables, columns or shape.columns
     check_tables(table_count)
     check_columns(column_range)
