@@ -32,7 +32,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"applier: error: {e}", file=sys.stderr)
         return e.exit_code
     logging.getLogger("applier").info(
-        "run done: %d cycles%s", len(summary.reports), f" (replay of run {summary.run_key})" if summary.replay else ""
+        "run done: %d cycles%s", summary.cycles_run, f" (replay of run {summary.run_key})" if summary.replay else ""
     )
     return 0
 

@@ -15,12 +15,18 @@ from applier.config import Config
 JVM_OPTIONS = "-Duser.timezone=UTC -XX:+UseParallelGC"
 
 # Defaults suited to apply cycles: UTC everywhere (the spec's times are UTC),
-# few shuffle partitions (a cycle's data is modest), Arrow for driver transfers.
+# few shuffle partitions (a cycle's data is modest), Arrow for driver transfers,
+# bounded records of past jobs (nothing may grow with the length of a run).
 DEFAULTS = {
     "spark.sql.session.timeZone": "UTC",
     "spark.sql.shuffle.partitions": "8",
     "spark.ui.enabled": "false",
     "spark.ui.showConsoleProgress": "false",
+    # Spark keeps records of its last 1,000 jobs and queries even without the UI:
+    # a run of thousands of cycles need not hold them.
+    "spark.ui.retainedJobs": "100",
+    "spark.ui.retainedStages": "100",
+    "spark.sql.ui.retainedExecutions": "50",
     "spark.sql.execution.arrow.pyspark.enabled": "true",
     "spark.driver.extraJavaOptions": JVM_OPTIONS,
     "spark.executor.extraJavaOptions": JVM_OPTIONS,
