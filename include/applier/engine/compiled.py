@@ -23,10 +23,9 @@ from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
-import pyarrow.compute as pc
 
 from applier.engine.changes import TableChanges, arrow_schema, counted_table, split_keyed, typed
-from applier.engine.identity import COUNT, NET_OP
+from applier.engine.identity import COUNT, NET_OP, chunk_stats
 from applier.engine.queue import MemoryQueue
 from applier.engine.spill import COMPILED_PART, SPILL_SUFFIX, append_spill, file_size, read_spill, safe_xid
 from applier.intermediate.schema import TableDef
@@ -101,14 +100,8 @@ class CompiledCycle(Mapping[str, TableChanges]):
     def add(self, name: str, chunk: pa.Table) -> None:
         """Hold one chunk of ``name``'s net changes (from the compile job), spooling if the queue is full."""
         buffer = self._buffers[name]
-        if self.tables[name].primary_key:
-            ops = chunk.column(NET_OP)
-            for op in ("I", "U", "D"):
-                buffer.stats[op] += int(pc.sum(pc.equal(ops, op)).as_py() or 0)
-        else:
-            count = chunk.column(COUNT)
-            buffer.stats["I"] += int(pc.sum(pc.if_else(pc.greater(count, 0), count, 0)).as_py() or 0)
-            buffer.stats["D"] += int(pc.sum(pc.if_else(pc.less(count, 0), pc.negate(count), 0)).as_py() or 0)
+        for op, n in chunk_stats(self.tables[name], chunk).items():
+            buffer.stats[op] += n
         buffer.chunks.append(chunk)
         buffer.memory_bytes += chunk.nbytes
         self.queue.charge("tables", chunk.nbytes)
