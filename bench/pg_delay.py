@@ -19,6 +19,7 @@ from __future__ import annotations
 import contextlib
 import multiprocessing
 import queue
+import signal
 import socket
 import threading
 import time
@@ -93,7 +94,13 @@ def _relay(client: socket.socket, target: tuple[str, int], delay_s: float) -> No
 
 
 def _serve(listener: socket.socket, target: tuple[str, int], delay_s: float) -> None:
-    """The relay process: relay each connection accepted on ``listener``, forever."""
+    """The relay process: relay each connection accepted on ``listener``, forever.
+
+    A forked child inherits its parent's signal handlers (Airflow's, say, in a
+    test process that loaded it), so SIGTERM is set back to its default here:
+    otherwise ``terminate`` could leave the relay accepting connections.
+    """
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
     _precise_sleeps()
     while True:
         client, _ = listener.accept()
@@ -130,5 +137,8 @@ def delayed_server(server: str, one_way_ms: float) -> Iterator[str]:
         yield psycopg.conninfo.make_conninfo(server, host="127.0.0.1", port=str(listener.getsockname()[1]))
     finally:
         relay.terminate()
-        relay.join(timeout=10)
+        relay.join(timeout=5)
+        if relay.is_alive():
+            relay.kill()
+            relay.join()
         listener.close()
