@@ -12,7 +12,7 @@ from __future__ import annotations
 import datetime as dt
 import json
 import os
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
@@ -49,7 +49,8 @@ class Checkpoint:
     table_cycles: dict[str, int] = field(default_factory=dict)
 
     def to_json(self) -> dict[str, Any]:
-        data = asdict(self)
+        # Field by field, not ``asdict``: that deep-copies every table definition only to replace them.
+        data = {f.name: getattr(self, f.name) for f in fields(self)}
         data["tables"] = {name: t.to_json() for name, t in self.tables.items()}
         return data
 
