@@ -5,6 +5,7 @@ from __future__ import annotations
 import datetime as dt
 import math
 from collections.abc import Sequence
+from dataclasses import replace
 from decimal import Decimal
 from pathlib import Path
 from typing import Any
@@ -357,6 +358,22 @@ def test_delta_failure_raises_target_error_naming_the_table(tmp_path: Path) -> N
     assert version(target, "sales.orders") == before and target.committed_cycle("sales.orders") == 1
 
 
+def test_a_new_table_is_created_by_its_first_data_commit_with_the_definitions_schema(tmp_path: Path) -> None:
+    target = DeltaTarget(tmp_path, APP)
+    change = keyed(ORDERS, [order("1.00", T0, b"a", "one", 1)])
+    loose = pa.schema([f.with_nullable(True) for f in change.upserts.schema])  # as compiled: every column nullable
+    target.apply(4, replace(change, upserts=change.upserts.cast(loose)))
+
+    table = DeltaTable(str(target.table_path("sales.orders")))
+    assert table.version() == 0 and table.transaction_version(APP) == 4 and target.committed_cycle("sales.orders") == 4
+    assert [f.nullable for f in table.schema().fields] == [False, False, False, True, True]
+    assert table.metadata().name == "sales.orders"
+    # A keyless table's first change may not delete: the table holds nothing yet, and none is created.
+    with pytest.raises(TargetError, match=r"app\.log: deletes 2 row copies from a table not yet created"):
+        target.apply(4, counted(NOKEY, [({"msg": "a", "x": None, "amount": None}, -2)]))
+    assert target.read_arrow("app.log") is None
+
+
 def test_key_repeated_in_the_changes_is_refused_before_writing(tmp_path: Path) -> None:
     target = DeltaTarget(tmp_path, APP)
     twice = [order("5.00", T0, b"a", "x", 1), order("5.00", T0, b"a", "y", 2), order("6.00", T0, b"a", "z", 3)]
@@ -364,7 +381,7 @@ def test_key_repeated_in_the_changes_is_refused_before_writing(tmp_path: Path) -
         target.apply(1, keyed(ORDERS, twice))
     with pytest.raises(TargetError, match=r"table sales\.orders: 1 keys appear more than once"):
         target.apply(1, keyed(ORDERS, twice[:1], [{"order": Decimal("5.00"), "Placed": T0, "k b": b"a"}]))
-    assert target.committed_cycle("sales.orders") == 0 and rows_of(target, "sales.orders") == []
+    assert target.committed_cycle("sales.orders") == 0 and target.read_arrow("sales.orders") is None
 
 
 def test_empty_change_writes_nothing_and_keeps_the_committed_cycle(tmp_path: Path) -> None:

@@ -46,11 +46,13 @@ class CrashingTarget:
     def read_arrow(self, table: str) -> Any:
         return self.real.read_arrow(table)
 
-    def apply(self, cycle_id: int, changes: TableChanges) -> None:
-        self.real.apply(cycle_id, changes)
+    def apply(self, cycle_id: int, changes: TableChanges) -> bool:
+        if not self.real.apply(cycle_id, changes):
+            return False
         self.applied += 1
         if self.applied == self.after:
             raise Crash
+        return True
 
     def apply_cycle(self, cycle_id: int, changes: Mapping[str, TableChanges], position: Mapping[str, int]) -> Any:
         return apply_tables(self, 1, cycle_id, changes)
@@ -165,9 +167,11 @@ def test_sigkill_at_random_points_then_restart_reaches_the_uninterrupted_state(
     command = [sys.executable, "-m", "applier.cli", "run", "--config", str(config_file), *settings]
     rng = random.Random(13)
     kills = 0
+    stderr = tmp_path / "stderr.log"
     for _ in range(3):
         before = _cycles_done(report)
-        proc = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+        with stderr.open("w") as err:
+            proc = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=err, start_new_session=True)
         deadline = time.monotonic() + 300
         while _cycles_done(report) == before and proc.poll() is None and time.monotonic() < deadline:
             time.sleep(0.2)
@@ -175,7 +179,7 @@ def test_sigkill_at_random_points_then_restart_reaches_the_uninterrupted_state(
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
             kills += 1
-        proc.wait()
+        assert proc.wait() in (0, -signal.SIGKILL), stderr.read_text()[-3000:]
     assert kills >= 2, "the run must have been killed while working"
     done = subprocess.run(command, capture_output=True, text=True, timeout=900)
     assert done.returncode == 0, done.stderr[-3000:]

@@ -184,8 +184,8 @@ def test_committed_cycle_follows_restores_and_a_restored_away_cycle_is_applied_a
     target = DeltaTarget(tmp_path, "cfg")
     path = str(target.table_path(ITEMS.name))
     for cycle in range(1, 6):
-        target.apply(cycle, _upsert(cycle))  # version 0 creates the table; version n holds cycle n
-    DeltaTable(path).restore(3)
+        target.apply(cycle, _upsert(cycle))  # cycle 1's commit creates the table: version n holds cycle n + 1
+    DeltaTable(path).restore(2)
     assert DeltaTable(path).transaction_version("cfg") == 5, "the spike's finding: RESTORE keeps the app transaction"
     assert target.committed_cycle(ITEMS.name) == 3
     DeltaTable(path).optimize.compact()
@@ -197,7 +197,7 @@ def test_committed_cycle_follows_restores_and_a_restored_away_cycle_is_applied_a
     assert DeltaTable(path).version() == before + 1, "a cycle the table holds is still skipped"
     assert _ids(target) == [1, 2, 3, 4]
     DeltaTable(path).restore(0)
-    assert target.committed_cycle(ITEMS.name) == 0 and _ids(target) == []
+    assert target.committed_cycle(ITEMS.name) == 1 and _ids(target) == [1]
 
 
 def test_committed_cycle_follows_a_restore_to_a_moment_and_a_backup_copy(tmp_path: Path) -> None:

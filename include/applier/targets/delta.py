@@ -12,10 +12,12 @@ accepts a repeated or even a lower version, so this check is the only guard.
 The app transaction alone would over-report after ``DeltaTable.restore``, which
 keeps the undone commits' app transactions in the log.
 
-Schema commits: creating a table on first sight and adding nullable columns are
-commits of their own, made before the data commit and without the app
-transaction. Both are idempotent, so a crash between them and the data commit
-only means the next attempt finds the table already in shape.
+Schema commits: a table seen first with rows is created by its first data
+commit (one commit, tagged like any other). A table seen first with no net
+change is created empty, and nullable columns are added to an existing table,
+in commits of their own without the app transaction: both are idempotent, so a
+crash between them and the data commit only means the next attempt finds the
+table already in shape.
 
 No-op cycles: an empty change writes nothing, and delta-rs writes no commit for
 a merge that changes no row, so ``committed_cycle`` is the last cycle that
@@ -160,17 +162,21 @@ class DeltaTarget:
             state = DeltaTable(str(path), version=answer.state_version)
         return state.transaction_version(self.app_id) or 0
 
-    def apply(self, cycle_id: int, changes: TableChanges) -> None:
+    def apply(self, cycle_id: int, changes: TableChanges) -> bool:
         """Apply one table's net changes of a cycle in one commit tagged with the cycle.
 
-        Creates the table on first sight and adds new nullable columns first
-        (commits of their own). Does nothing when the table's transaction
-        version is already ``cycle_id`` or more, or when the change is empty.
+        A table seen first is created by that commit (or empty, when the
+        change is); new nullable columns are added first, in a commit of their
+        own. Does nothing when the table already holds ``cycle_id`` or a later
+        cycle, or when the change is empty.
 
         Args:
             cycle_id: the cycle, 1 or more.
             changes: the table's net changes; ``counted`` is None exactly when
                 the table has a primary key.
+
+        Returns:
+            False when the table already held the cycle (skipped), True otherwise.
 
         Raises:
             TargetError: delta-rs failed (naming the table), the table's columns
@@ -188,10 +194,11 @@ class DeltaTarget:
             done = 0 if current is None else self._held_cycle(name, path, current)
             if done >= cycle_id:
                 log.info("table %s: cycle %d already committed (cycle %d on record); skipped", name, cycle_id, done)
-                return
-            table = _prepared(path, changes.table, current)
-            if _is_empty(changes):
-                return
+                return False
+            empty = _is_empty(changes)
+            table = _prepared(path, changes.table, current) if current is not None or empty else None
+            if empty:
+                return True
             tags = commit_tags(self.app_id, cycle_id)
             props = CommitProperties(app_transactions=[Transaction(self.app_id, cycle_id)], custom_metadata=tags)
             if changes.counted is None:
@@ -199,6 +206,7 @@ class DeltaTarget:
             else:
                 _apply_counted(table, path, changes, props)
             log.debug("table %s: cycle %d committed, net %s", name, cycle_id, changes.stats)
+            return True
 
     def read_arrow(self, table: str) -> pa.Table | None:
         """The table's current contents.
@@ -306,10 +314,21 @@ def _is_empty(changes: TableChanges) -> bool:
     return bool(changes.upserts.num_rows == 0 and changes.deletes.num_rows == 0)
 
 
-def _apply_keyed(table: DeltaTable, path: Path, changes: TableChanges, props: CommitProperties) -> None:
+def _create(path: Path, rows: pa.Table, table_def: TableDef, props: CommitProperties) -> None:
+    """Create the table with its first rows, in one commit (``mode="error"``: it must not exist yet).
+
+    The rows take the definition's schema, NOT NULL included: the table's
+    schema is the one its first rows carry.
+    """
+    rows = pa.Table.from_arrays(rows.columns, schema=arrow_schema(table_def))
+    write_deltalake(str(path), rows, mode="error", name=table_def.name, commit_properties=props)
+
+
+def _apply_keyed(table: DeltaTable | None, path: Path, changes: TableChanges, props: CommitProperties) -> None:
     """One MERGE on the primary key, or after a truncate one overwrite with the upserts.
 
-    After a truncate every key is new, so ``deletes`` has nothing to act on.
+    After a truncate every key is new, so ``deletes`` has nothing to act on;
+    nor has it on a table not yet created (``table`` None), which the upserts create.
     """
     schema = arrow_schema(changes.table)
     upserts = typed(changes.upserts, schema)
@@ -319,6 +338,9 @@ def _apply_keyed(table: DeltaTable, path: Path, changes: TableChanges, props: Co
     if repeated:
         # A MERGE refuses a key matching an existing row twice but inserts a new key twice.
         raise TargetError(f"table {changes.table.name}: {repeated} keys appear more than once in the changes")
+    if table is None:
+        _create(path, upserts, changes.table, props)
+        return
     if changes.truncate:
         write_deltalake(str(path), upserts, mode="overwrite", commit_properties=props)
         return
@@ -334,7 +356,7 @@ def _apply_keyed(table: DeltaTable, path: Path, changes: TableChanges, props: Co
     )
 
 
-def _apply_counted(table: DeltaTable, path: Path, changes: TableChanges, props: CommitProperties) -> None:
+def _apply_counted(table: DeltaTable | None, path: Path, changes: TableChanges, props: CommitProperties) -> None:
     """Insert and delete copies of row values in one commit.
 
     Inserts alone are appended. Deletes rewrite only the data files holding
@@ -348,9 +370,13 @@ def _apply_counted(table: DeltaTable, path: Path, changes: TableChanges, props: 
     count = changes.counted.column(COUNT_COLUMN)
     inserts = expand_copies(changes.counted.filter(pc.greater(count, 0)), schema)
     removals = changes.counted.filter(pc.less(count, 0))
-    if changes.truncate:
-        if removals.num_rows:
-            raise TargetError(f"table {name}: deletes {removals.num_rows} row values after emptying the table")
+    if (changes.truncate or table is None) and removals.num_rows:
+        copies = -int(pc.sum(removals.column(COUNT_COLUMN)).as_py())
+        where = "after emptying the table" if changes.truncate else "from a table not yet created"
+        raise TargetError(f"table {name}: deletes {copies} row copies {where} (the table does not hold them)")
+    if table is None:
+        _create(path, inserts, changes.table, props)
+    elif changes.truncate:
         write_deltalake(str(path), inserts, mode="overwrite", commit_properties=props)
     elif removals.num_rows == 0:
         write_deltalake(str(path), inserts, mode="append", commit_properties=props)

@@ -13,9 +13,9 @@ from applier.targets import CycleLoad
 
 
 class PerTableTarget(Protocol):
-    def committed_cycle(self, table: str) -> int: ...
+    """Applies one table's changes in one commit; False when the table already held the cycle."""
 
-    def apply(self, cycle_id: int, changes: TableChanges) -> None: ...
+    def apply(self, cycle_id: int, changes: TableChanges) -> bool: ...
 
 
 def apply_tables(target: PerTableTarget, threads: int, cycle_id: int, changes: Mapping[str, TableChanges]) -> CycleLoad:
@@ -30,12 +30,10 @@ def apply_tables(target: PerTableTarget, threads: int, cycle_id: int, changes: M
 
     def one(name: str) -> tuple[str, bool, float]:
         started = time.perf_counter()
-        skipped = target.committed_cycle(name) >= cycle_id
-        if not skipped:
-            try:
-                target.apply(cycle_id, changes[name])
-            finally:
-                release(changes, name)
+        try:
+            skipped = not target.apply(cycle_id, changes[name])
+        finally:
+            release(changes, name)
         return name, skipped, time.perf_counter() - started
 
     with ThreadPoolExecutor(max_workers=max(1, threads)) as pool:
