@@ -63,8 +63,9 @@ lint: setup
 	mypy
 	mypy dags/applier.py  # apart: the module name "applier" would clash with the package
 
+# Two workers, a test file at a time each (see README, Tests).
 test: lint
-	pytest
+	pytest -n 2 --dist loadfile
 
 # The fast part alone: no Spark, Airflow or PostgreSQL.
 test-fast: setup
