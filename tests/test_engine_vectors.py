@@ -77,6 +77,7 @@ def test_an_invalid_folder_applies_pair_1_and_refuses_pair_2(
     assert_tables_as_expected(config, expected)
 
 
+@pytest.mark.slow
 def test_applier_run_exits_3_naming_the_pair_and_continues_once_the_input_is_fixed(tmp_path: Path) -> None:
     folder = _copy("sha-mismatch", "invalid", tmp_path)
     config_file = tmp_path / "applier.yaml"

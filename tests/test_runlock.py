@@ -187,6 +187,7 @@ def assert_untouched(config: Config, tables: Sequence[str]) -> None:
     assert set(target.committed_cycles(tables).values()) == {0}
 
 
+@pytest.mark.slow
 @pytest.mark.spark
 def test_applier_run_exits_6_while_the_lock_is_held_and_applies_once_it_is_released(
     tmp_path: Path, target_settings: list[str]
@@ -215,6 +216,7 @@ def test_applier_run_exits_6_while_the_lock_is_held_and_applies_once_it_is_relea
     assert_target_equals_reference(config, tmp_path / "in")
 
 
+@pytest.mark.slow
 @pytest.mark.spark
 def test_two_runs_at_once_apply_each_cycle_once(tmp_path: Path, target_settings: list[str]) -> None:
     generate = ["generate", "--out", str(tmp_path / "in"), "--seed", "3", "--transactions", "200"]
