@@ -67,8 +67,21 @@ class CycleReport:
         )
 
 
-def peak_rss_mib() -> float:
-    """The driver process's peak resident memory so far, in MiB."""
+def peak_rss_mib(status: Path = Path("/proc/self/status")) -> float:
+    """The driver process's peak resident memory so far, in MiB.
+
+    Linux's ``VmHWM``, the high-water mark of this program's own memory. Not
+    ``getrusage``'s ``ru_maxrss``: Linux carries that across ``exec``, so a run
+    started by a large process (the Airflow task runner, a benchmark harness)
+    would report the parent's size as its own. Elsewhere, ``ru_maxrss``.
+    """
+    try:
+        with open(status, encoding="ascii") as fh:
+            for line in fh:
+                if line.startswith("VmHWM:"):
+                    return round(int(line.split()[1]) / 1024, 1)
+    except OSError:
+        pass
     return round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)
 
 

@@ -1,0 +1,39 @@
+"""The driver's peak memory in cycle reports is its own, not that of the process that started it."""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+from applier.engine.report import peak_rss_mib
+
+CHILD = (
+    "import resource; from applier.engine.report import peak_rss_mib; "
+    "print(peak_rss_mib(), resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)"
+)
+
+
+def test_a_run_started_by_a_large_process_reports_its_own_peak_not_the_parents(tmp_path: Path) -> None:
+    ballast = bytearray(400 * 1024 * 1024)  # the parent: 400 MiB resident (every page touched)
+    for i in range(0, len(ballast), 4096):
+        ballast[i] = 1
+    out = tmp_path / "out.txt"
+    pid = os.fork()  # fork then exec, as a scheduler or harness starts `applier run`
+    if pid == 0:
+        fd = os.open(out, os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
+        os.dup2(fd, 1)
+        os.execv(sys.executable, [sys.executable, "-c", CHILD])
+    _, status = os.waitpid(pid, 0)
+    del ballast
+    assert os.waitstatus_to_exitcode(status) == 0
+    own, carried = (float(v) for v in out.read_text().split())
+    assert carried >= 400, "Linux carries ru_maxrss across exec: the child would report the parent's 400 MiB"
+    assert own < 200, f"the child's own peak is an interpreter's, not the parent's: {own} MiB"
+
+
+def test_the_peak_is_read_from_vm_hwm_and_falls_back_without_proc(tmp_path: Path) -> None:
+    status = tmp_path / "status"
+    status.write_text("Name:\tpython\nVmPeak:\t  999999 kB\nVmHWM:\t  524288 kB\nVmRSS:\t  1024 kB\n")
+    assert peak_rss_mib(status) == 512.0
+    assert peak_rss_mib(tmp_path / "missing") > 0  # getrusage's figure where /proc is not there
