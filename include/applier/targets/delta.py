@@ -314,14 +314,14 @@ def _is_empty(changes: TableChanges) -> bool:
     return bool(changes.upserts.num_rows == 0 and changes.deletes.num_rows == 0)
 
 
-def _create(path: Path, rows: pa.Table, table_def: TableDef, props: CommitProperties) -> None:
+def _create(path: Path, name: str, rows: pa.Table, schema: pa.Schema, props: CommitProperties) -> None:
     """Create the table with its first rows, in one commit (``mode="error"``: it must not exist yet).
 
-    The rows take the definition's schema, NOT NULL included: the table's
-    schema is the one its first rows carry.
+    The rows take ``schema`` (the definition's, NOT NULL included): the
+    table's schema is the one its first rows carry.
     """
-    rows = pa.Table.from_arrays(rows.columns, schema=arrow_schema(table_def))
-    write_deltalake(str(path), rows, mode="error", name=table_def.name, commit_properties=props)
+    rows = pa.Table.from_arrays(rows.columns, schema=schema)
+    write_deltalake(str(path), rows, mode="error", name=name, commit_properties=props)
 
 
 def _apply_keyed(table: DeltaTable | None, path: Path, changes: TableChanges, props: CommitProperties) -> None:
@@ -339,7 +339,7 @@ def _apply_keyed(table: DeltaTable | None, path: Path, changes: TableChanges, pr
         # A MERGE refuses a key matching an existing row twice but inserts a new key twice.
         raise TargetError(f"table {changes.table.name}: {repeated} keys appear more than once in the changes")
     if table is None:
-        _create(path, upserts, changes.table, props)
+        _create(path, changes.table.name, upserts, schema, props)
         return
     if changes.truncate:
         write_deltalake(str(path), upserts, mode="overwrite", commit_properties=props)
@@ -375,7 +375,7 @@ def _apply_counted(table: DeltaTable | None, path: Path, changes: TableChanges, 
         where = "after emptying the table" if changes.truncate else "from a table not yet created"
         raise TargetError(f"table {name}: deletes {copies} row copies {where} (the table does not hold them)")
     if table is None:
-        _create(path, inserts, changes.table, props)
+        _create(path, name, inserts, schema, props)
     elif changes.truncate:
         write_deltalake(str(path), inserts, mode="overwrite", commit_properties=props)
     elif removals.num_rows == 0:
