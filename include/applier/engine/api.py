@@ -9,6 +9,7 @@ from typing import Any
 
 from applier.config import Config
 from applier.engine.checkpoint import CheckpointStore
+from applier.engine.driver_memory import use_system_allocator
 from applier.engine.ledger import (
     Clock,
     RunJournal,
@@ -76,6 +77,7 @@ def run_applier(
             Spark was not started.
     """
     logging.getLogger("applier").setLevel(logging.INFO)
+    use_system_allocator()
     if run_key is not None:
         check_run_key(run_key)  # a bad key is refused before Spark starts, as before the lock
     # One run at a time: the folder's lock, then the target's, both before anything changes or Spark starts.

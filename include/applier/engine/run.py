@@ -32,6 +32,7 @@ from applier.engine.buffers import TransactionBuffers
 from applier.engine.checking import PairChecker
 from applier.engine.checkpoint import Checkpoint, CheckpointStore, Intent
 from applier.engine.compiled import CompiledCycle
+from applier.engine.driver_memory import return_freed_memory
 from applier.engine.ledger import Clock, LedgerCycle, RunJournal, RunLedger, utc_now
 from applier.engine.ledger_cycles import RECENT_CYCLES, CycleTally
 from applier.engine.queue import MemoryQueue
@@ -198,6 +199,7 @@ class Applier:
         validator, reread = reread_window(self.config.intermediate_dir, checkpoint)
         if reread.pairs:
             buffer_open_rows(reread, set(validator.state.open_xids), self.buffers)
+            return_freed_memory()
             log.info(
                 "rebuilt %d open transactions from pairs %d..%d",
                 len(validator.state.open_xids),
@@ -245,6 +247,7 @@ class Applier:
             for xid in cycle.rollbacks:
                 self.buffers.discard(xid)
             taken, memory_file = self.buffers.take_committed(cycle.commits, self._memory_file)
+            return_freed_memory()  # the pairs read, and the rows just written out for Spark
         self._record_intent(Intent(cycle_id, report.seqs))
         applied_seq = report.seqs[-1]
         applied_commit_lsn = max(cycle.commits.values(), default=checkpoint.applied_commit_lsn)
@@ -281,6 +284,7 @@ class Applier:
         for kind, name, size in self.buffers.drain_spill_events():
             (report.spill_created if kind == "created" else report.spill_removed).append({"file": name, "bytes": size})
         report.queue = self.queue.cycle_figures(reset=True)
+        return_freed_memory()  # what the compile and the target's commits freed
         self._file_report(report)
         return checkpoint, report
 
