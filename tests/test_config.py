@@ -115,3 +115,31 @@ def test_a_postgres_target_needs_a_url_and_takes_a_schema_map(tmp_path: Path) ->
         load_config(_file(tmp_path, text + "target: {path: t}\n"), ["apply.threads=0"])
     with pytest.raises(ConfigError, match=r"target\.schema_map\.shop"):
         load_config(_file(tmp_path, text + "target: {path: t}\n"), ["target.schema_map.shop=a\tb"])
+
+
+@pytest.mark.parametrize(
+    "secret_setting",
+    [
+        "target.uri=postgres://app:s3cret@db.example:5432/warehouse",
+        "target.uri=host=db.example user=app password=s3cret dbname=warehouse",
+        "target.url_=postgresql://app@db.example/warehouse?sslmode=require&password=s3cret",
+    ],
+)
+def test_a_misspelt_key_never_echoes_a_password(tmp_path: Path, secret_setting: str) -> None:
+    key, value = secret_setting.split("=", 1)
+    with pytest.raises(ConfigError) as on_the_command_line:
+        load_config(_file(tmp_path), [secret_setting])
+    in_a_file = _file(tmp_path, MINIMAL.replace("target:\n", f"target:\n  {key.split('.')[1]}: '{value}'\n"))
+    with pytest.raises(ConfigError) as in_the_file:
+        load_config(in_a_file)
+    for refused in (on_the_command_line.value, in_the_file.value):
+        message = str(refused)
+        assert "s3cret" not in message and "***" in message, message
+        assert f"'{key}'" in message and "db.example" in message and "unknown key" in message
+
+
+def test_show_row_values_is_off_unless_asked(tmp_path: Path) -> None:
+    assert load_config(_file(tmp_path)).target.show_row_values is False
+    assert load_config(_file(tmp_path), ["target.show_row_values=true"]).target.show_row_values is True
+    with pytest.raises(ConfigError, match=r"target\.show_row_values.*true or false"):
+        load_config(_file(tmp_path), ["target.show_row_values=sometimes"])

@@ -46,6 +46,9 @@ class CrashingTarget:
     def read_arrow(self, table: str) -> Any:
         return self.real.read_arrow(table)
 
+    def table_misfit(self, table: Any, known: Any) -> str | None:
+        return self.real.table_misfit(table, known)
+
     def apply(self, cycle_id: int, changes: TableChanges) -> bool:
         if not self.real.apply(cycle_id, changes):
             return False

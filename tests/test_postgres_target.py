@@ -274,3 +274,27 @@ def test_two_load_connections_load_ten_tables_in_batches_while_the_waiting_spool
 def test_csv_of_a_table_whose_first_chunk_is_empty_holds_just_its_rows() -> None:
     rows = pa.concat_tables([pa.table({"s": pa.array([], pa.string())}), pa.table({"s": ["x", None]})])
     assert csv_bytes(rows) == b'"x"\n\n'
+
+
+@pytest.mark.parametrize("show_row_values", [False, True])
+def test_a_check_failure_names_table_key_and_constraint_but_shows_other_values_only_when_asked(
+    pg_url: str, tmp_path: Path, show_row_values: bool
+) -> None:
+    t = target(pg_url, tmp_path, show_row_values=show_row_values)
+    t.apply_cycle(1, {ORDERS.name: keyed(ORDERS, [{"id": 1, "status": "kept", "total": Decimal("1.00")}])}, {})
+    with psycopg.connect(pg_url) as conn:
+        conn.execute("ALTER TABLE shop.orders ADD CONSTRAINT total_positive CHECK (total > 0)")
+        conn.execute("CREATE UNIQUE INDEX orders_status ON shop.orders (status)")
+    negative = keyed(ORDERS, [{"id": 2, "status": "private-note-4711", "total": Decimal("-5.00")}])
+    with pytest.raises(TargetError) as caught:
+        t.apply_cycle(2, {ORDERS.name: negative}, {})
+    message = str(caught.value)
+    assert "table shop.orders" in message and "key id=2" in message and "total_positive" in message, message
+    assert ("private-note-4711" in message) is show_row_values and ("-5.00" in message) is show_row_values
+    duplicate = keyed(ORDERS, [{"id": 3, "status": "kept", "total": Decimal("3.00")}])
+    with pytest.raises(TargetError) as caught:
+        t.apply_cycle(2, {ORDERS.name: duplicate}, {})
+    message = str(caught.value)
+    assert "orders_status" in message and "Key (status)" in message, message
+    assert ("=(kept)" in message) is show_row_values
+    assert checkpoint_row(pg_url) == (1, 0, 0, 0)

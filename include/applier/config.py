@@ -88,13 +88,16 @@ class TargetConfig:
     ``path``: the Delta target's folder. ``url``: the PostgreSQL target's libpq
     connection string (a password is better left to ``PGPASSWORD`` or
     ``~/.pgpass``; it is never shown). ``schema_map``: source schema -> target
-    schema (PostgreSQL; unmapped schemas keep their name).
+    schema (PostgreSQL; unmapped schemas keep their name). ``show_row_values``:
+    whether a target error may show the failing row's values besides its key
+    (a debugging aid, off: they may be personal data).
     """
 
     type: str = "delta"
     path: Path | None = None
     url: str | None = None
     schema_map: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
+    show_row_values: bool = False
 
 
 @dataclass(frozen=True)
@@ -138,6 +141,14 @@ def _name(key: str, v: Any) -> str:
     if not isinstance(v, str) or not _NAME.fullmatch(v):
         raise ConfigError(key, v, "use letters, digits and underscores ([A-Za-z0-9_]+), not starting with '_'")
     return v
+
+
+def _boolean(key: str, v: Any) -> bool:
+    if isinstance(v, bool):
+        return v
+    if isinstance(v, str) and v.strip().lower() in ("true", "false"):
+        return v.strip().lower() == "true"
+    raise ConfigError(key, v, "use true or false")
 
 
 def _non_negative_number(key: str, v: Any) -> float:
@@ -217,6 +228,7 @@ _KEYS: dict[str, tuple[Callable[[str, Any], Any], Any]] = {
     "target.type": (_choice(TARGET_TYPES), "delta"),
     "target.path": (_text, None),
     "target.url": (_text, None),
+    "target.show_row_values": (_boolean, False),
     "apply.threads": (_int_at_least(1, "concurrent table loads, the target's load connections"), 4),
     "spark.master": (_text, "local[*]"),
 }
@@ -339,6 +351,7 @@ def load_config(path: Path | str | None, overrides: Sequence[str] = ()) -> Confi
             path=values["target.path"],
             url=values["target.url"],
             schema_map=MappingProxyType(_prefixed(values, _SCHEMA_MAP)),
+            show_row_values=values["target.show_row_values"],
         ),
         spark=SparkConfig(master=values["spark.master"], conf=MappingProxyType(spark_conf)),
     )

@@ -14,14 +14,34 @@ mapping from failure to exit code lives in one place:
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from pathlib import Path
 
+# A password in a connection string: a URI's ``user:password@`` and libpq's
+# (or a query string's) ``password=...``, quoted or not, whatever the case.
+_URI_PASSWORD = re.compile(r"(\b[a-zA-Z][\w+.-]*://[^\s:/@]*:)[^\s@]*(@)")
+_KEYWORD_PASSWORD = re.compile(r"(password\s*=\s*)(?:'(?:[^'\\]|\\.)*'|[^\s'&]+)", re.IGNORECASE)
+MASK = "***"
+
+
+def mask_secrets(text: str) -> str:
+    """``text`` with the password of every connection string in it replaced by ``***``."""
+    return _KEYWORD_PASSWORD.sub(rf"\g<1>{MASK}", _URI_PASSWORD.sub(rf"\g<1>{MASK}\g<2>", text))
+
 
 class ApplierError(Exception):
-    """Base class of every error the Applier raises deliberately."""
+    """Base class of every error the Applier raises deliberately.
+
+    Its message never shows a password: connection strings in it are masked
+    (:func:`mask_secrets`), whatever raised it (a misspelt key echoing its
+    value, a target naming its server).
+    """
 
     exit_code = 1
+
+    def __str__(self) -> str:
+        return mask_secrets(super().__str__())
 
 
 class ConfigError(ApplierError):
@@ -81,6 +101,10 @@ class TransactionSequenceError(IntermediateFileError):
 
 class IncompatibleSchemaChangeError(IntermediateFileError):
     """A table definition changed in a way other than adding nullable columns."""
+
+
+class UnfitTableError(IntermediateFileError):
+    """A table the pair defines cannot land in the target as named (a name limit, a reserved name, a collision)."""
 
 
 class GapError(IntermediateFileError):

@@ -25,7 +25,7 @@ from applier.engine.touches import Truncate, table_touches, truncate_rows
 from applier.errors import GapError, IntermediateFileError
 from applier.intermediate.pairs import PairRef, list_pairs, pair_name
 from applier.intermediate.reader import Pair, read_pair
-from applier.intermediate.stream import StreamValidator
+from applier.intermediate.stream import StreamValidator, TableAdmission
 
 log = logging.getLogger("applier")
 
@@ -161,11 +161,14 @@ def missing_pair_error(directory: Path, seq: int) -> GapError:
     )
 
 
-def reread_window(directory: Path, checkpoint: Checkpoint) -> tuple[StreamValidator, CycleInput]:
+def reread_window(
+    directory: Path, checkpoint: Checkpoint, admit: TableAdmission | None = None
+) -> tuple[StreamValidator, CycleInput]:
     """Re-read ``restart_seq .. applied_seq``, as a restart does, to learn the open transactions.
 
     The pairs were checked when they were applied, so images are not checked
-    again and the validator trusts them.
+    again and the validator trusts them. ``admit`` is the target's rule for the
+    tables of the pairs after them (None: no target).
 
     Returns:
         The validator, advanced to ``applied_seq``, and what the window holds
@@ -180,6 +183,7 @@ def reread_window(directory: Path, checkpoint: Checkpoint) -> tuple[StreamValida
         tables=checkpoint.tables,
         last_lsn=None if rereading else checkpoint.last_lsn,
         trusted_through_seq=checkpoint.applied_seq,
+        admit=admit,
     )
     if not rereading:
         return validator, CycleInput()

@@ -196,7 +196,7 @@ class Applier:
 
     def _rebuild(self, checkpoint: Checkpoint) -> StreamValidator:
         """Re-read ``restart_seq .. applied_seq`` to put open transactions back in the buffers."""
-        validator, reread = reread_window(self.config.intermediate_dir, checkpoint)
+        validator, reread = reread_window(self.config.intermediate_dir, checkpoint, self.target.table_misfit)
         if reread.pairs:
             buffer_open_rows(reread, set(validator.state.open_xids), self.buffers)
             return_freed_memory()

@@ -27,10 +27,15 @@ wrap-around, needs anyway).
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 
-from applier.errors import IncompatibleSchemaChangeError, InvalidChangeError, TransactionSequenceError
+from applier.errors import (
+    IncompatibleSchemaChangeError,
+    InvalidChangeError,
+    TransactionSequenceError,
+    UnfitTableError,
+)
 from applier.intermediate.reader import Pair
 from applier.intermediate.schema import TableDef, evolution_problem
 
@@ -43,6 +48,9 @@ from applier.intermediate.schema import TableDef, evolution_problem
 # of transactions in a pair is the extractor's choice, so a window of pairs
 # would not bound memory.
 ENDED_XIDS_KEPT = 100_000
+
+TableAdmission = Callable[[TableDef, Collection[str]], "str | None"]
+"""Why a table cannot land in the target beside the other known tables (None: it can); see ``Target.table_misfit``."""
 
 
 class EndedXids:
@@ -107,6 +115,8 @@ class StreamValidator:
         last_lsn: the largest lsn of the pair before the first one to be checked.
         trusted_through_seq: pairs up to this one were checked by an earlier run.
         ended_xids_kept: how many ended xids are remembered (see the module docstring).
+        admit: the target's rule for table names (None: no target, any safe name passes);
+            a table new to the stream or changed by a pair must pass it.
     """
 
     def __init__(
@@ -115,9 +125,11 @@ class StreamValidator:
         last_lsn: int | None = None,
         trusted_through_seq: int = 0,
         ended_xids_kept: int = ENDED_XIDS_KEPT,
+        admit: TableAdmission | None = None,
     ) -> None:
         self.state = StreamState(last_lsn=last_lsn, tables=dict(tables or {}), ended_xids=EndedXids(ended_xids_kept))
         self.trusted_through_seq = trusted_through_seq
+        self.admit = admit
 
     def check(self, pair: Pair) -> None:
         """Check ``pair`` and, if it passes, record its effects on the stream state.
@@ -165,6 +177,19 @@ class StreamValidator:
                 raise IncompatibleSchemaChangeError(
                     pair.ref.dat_path, pair.seq, "schema-change-incompatible", f"table {name}: {problem}"
                 )
+        if self.admit is not None:
+            self._admit_tables(pair, self.admit)
+
+    def _admit_tables(self, pair: Pair, admit: TableAdmission) -> None:
+        """Refuse the pair when a table it brings or changes cannot land in the target as named."""
+        known = set(self.state.tables)
+        for name, new in sorted(pair.tables.items()):
+            if self.state.tables.get(name) == new:
+                continue
+            problem = admit(new, known - {name})
+            if problem:
+                raise UnfitTableError(pair.ref.dat_path, pair.seq, "table-unfit-for-target", f"table {name}: {problem}")
+            known.add(name)
 
     def _check_transactions(self, pair: Pair) -> tuple[dict[str, int], dict[str, None]]:
         open_xids = dict(self.state.open_xids)

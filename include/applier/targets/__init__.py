@@ -7,7 +7,7 @@ place that turns the configuration into a target.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Collection, Iterable, Mapping
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
@@ -19,6 +19,7 @@ if TYPE_CHECKING:
 
     from applier.config import Config
     from applier.engine.changes import TableChanges
+    from applier.intermediate.schema import TableDef
 
 
 @dataclass
@@ -88,6 +89,16 @@ class Target(Protocol):
         """The table's current contents (status, validation, tests); None when it is missing."""
         ...
 
+    def table_misfit(self, table: TableDef, known: Collection[str]) -> str | None:
+        """Why ``table`` cannot land in this target as named beside the ``known`` tables; None when it can.
+
+        The target's limits on names, the names of the Applier's own objects
+        there, and two source tables landing in one target table. The engine
+        asks before a pair that brings or changes the table is applied, and
+        refuses the pair (exit 3) with the answer, so nothing of it is written.
+        """
+        ...
+
     def run_lock(self) -> AbstractContextManager[None]:
         """A lock the run holds on the target from before its first change to its end.
 
@@ -131,5 +142,6 @@ def open_target(config: Config) -> Target:
             config.configuration_name,
             schema_map=config.target.schema_map,
             threads=config.apply.threads,
+            show_row_values=config.target.show_row_values,
         )
     raise ConfigError("target.type", config.target.type, "use one of: delta, postgres")

@@ -33,7 +33,7 @@ added after it. The target assumes it is the only writer of its tables.
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Collection, Iterable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager, contextmanager, nullcontext
 from pathlib import Path
 
@@ -56,6 +56,7 @@ from applier.intermediate.schema import SchemaError, TableDef, check_table_name
 from applier.targets import CycleLoad
 from applier.targets.delta_files import rewrite_copies
 from applier.targets.delta_log import commit_tags, cycle_on_path, tagged_cycle
+from applier.targets.delta_names import delta_misfit
 from applier.targets.per_table import apply_tables
 
 log = logging.getLogger(__name__)
@@ -129,6 +130,10 @@ class DeltaTarget:
     def committed_cycles(self, tables: Iterable[str]) -> dict[str, int]:
         """:meth:`committed_cycle` of each table: every Delta table keeps its own log."""
         return {table: self.committed_cycle(table) for table in tables}
+
+    def table_misfit(self, table: TableDef, known: Collection[str]) -> str | None:
+        """Why ``table`` cannot be a Delta table under the root (:mod:`applier.targets.delta_names`)."""
+        return delta_misfit(table.name, self.root)
 
     def run_lock(self) -> AbstractContextManager[None]:
         """No lock of its own: the work folder's run lock, which the engine holds, covers a Delta target."""

@@ -13,7 +13,7 @@ key. The statements below then apply a staging table set-wise.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 
 from psycopg import sql
 
@@ -25,6 +25,9 @@ COUNT = "__n"
 STAGING_SCHEMA = "applier_staging"
 CHECKPOINT_TABLE = "applier_checkpoint"
 CHECKPOINT_COLUMNS = ("configuration_name", "cycle_id", "applied_seq", "applied_commit_lsn", "restart_seq")
+# PostgreSQL keeps the first 63 bytes of a longer identifier (NAMEDATALEN - 1),
+# so two long names could land in one table or one column.
+MAX_IDENTIFIER = 63
 
 _SIMPLE_TYPES = {
     "boolean": "boolean",
@@ -55,7 +58,50 @@ def pg_type(type_name: str) -> str:
 
 def target_table(table: TableDef, schema_map: Mapping[str, str]) -> sql.Identifier:
     """The target table of a source table: its schema mapped (or kept), its name kept."""
-    return sql.Identifier(schema_map.get(table.schema_name, table.schema_name), table.table_name)
+    return sql.Identifier(*target_name(table.name, schema_map))
+
+
+def target_name(table: str, schema_map: Mapping[str, str]) -> tuple[str, str]:
+    """``(schema, table)`` in the target of the source table ``schema.table``."""
+    schema, name = table.split(".", 1)
+    return schema_map.get(schema, schema), name
+
+
+def table_misfit(table: TableDef, known: Collection[str], schema_map: Mapping[str, str]) -> str | None:
+    """Why ``table`` cannot land in PostgreSQL as named beside the ``known`` source tables; None when it can.
+
+    Its mapped schema, its name and its columns' names must fit in an
+    identifier, untruncated; it may not land in the Applier's staging schema or
+    be named like its checkpoint table (in any schema: that table is found on
+    the search path); its columns may not be named like the staging tables'
+    own; and no other source table may map to the same target table.
+    """
+    schema, name = target_name(table.name, schema_map)
+    mapped = f"{schema}.{name}"
+    if schema != table.schema_name:
+        mapped += f" (target.schema_map maps {table.schema_name} to {schema})"
+    remap = "map its schema elsewhere with target.schema_map"
+    for kind, ident in (("schema", schema), ("table name", name), *(("column", c) for c in table.column_names)):
+        size = len(ident.encode())
+        if size > MAX_IDENTIFIER:
+            return (
+                f"its {kind} {ident[:40]}… has {size} bytes; PostgreSQL keeps the first {MAX_IDENTIFIER} "
+                "of an identifier, so two names could land in one"
+            )
+    if schema == STAGING_SCHEMA:
+        return f"it would land in {mapped}, in the Applier's staging schema {STAGING_SCHEMA}; {remap}"
+    if name == CHECKPOINT_TABLE:
+        return f"it would land in {mapped}, named like the Applier's checkpoint table {CHECKPOINT_TABLE}"
+    reserved = sorted({OP, ROW_ID, COUNT} & set(table.column_names))
+    if reserved:
+        return (
+            f"its column {reserved[0]} is named like a column the Applier adds to staging tables "
+            f"({OP}, {ROW_ID}, {COUNT})"
+        )
+    for other in sorted(known):
+        if target_name(other, schema_map) == (schema, name):
+            return f"it would land in {mapped}, the target table of {other}; {remap}"
+    return None
 
 
 def _columns(names: Sequence[str]) -> sql.Composed:

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import re
 import time
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Collection, Iterable, Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass
@@ -44,7 +44,6 @@ from applier.targets import pg_sql as q
 from applier.targets.pg_load import csv_bytes, read_batches, staging_rows
 from applier.targets.pg_lock import advisory_run_lock
 
-_MAX_IDENTIFIER = 63
 _ARROW_TYPES = {
     "boolean": pa.bool_(),
     "integer": pa.int32(),
@@ -85,6 +84,8 @@ class PostgresTarget:
         configuration_name: names the checkpoint row, staging tables and spill files.
         schema_map: source schema -> target schema (unmapped schemas keep their name).
         threads: load connections allowed (at least 1).
+        show_row_values: errors keep the database's detail with the failing row's
+            values (otherwise only the key and the columns are named).
     """
 
     def __init__(
@@ -94,6 +95,7 @@ class PostgresTarget:
         *,
         schema_map: Mapping[str, str] | None = None,
         threads: int = 1,
+        show_row_values: bool = False,
     ) -> None:
         if threads < 1:
             raise ValueError(f"threads must be at least 1, got {threads}")
@@ -101,6 +103,7 @@ class PostgresTarget:
         self._name = configuration_name
         self._schema_map = dict(schema_map or {})
         self._threads = threads
+        self._show_row_values = show_row_values
         self._connections: list[psycopg.Connection[Any]] = []
 
     # ------------------------------------------------------------------ connections
@@ -135,7 +138,10 @@ class PostgresTarget:
         except psycopg.Error as e:
             where = f"table {table}: " if table else ""
             key = _failing_key(e, source) if source is not None else None
-            detail = "; ".join(x for x in (e.diag.message_primary or str(e).strip(), e.diag.message_detail) if x)
+            if key is None and source is not None:
+                key = key_of_failing_row(e.diag.message_detail, source.table)
+            shown = e.diag.message_detail if self._show_row_values else quiet_detail(e.diag.message_detail)
+            detail = "; ".join(x for x in (e.diag.message_primary or str(e).strip(), shown) if x)
             at_key = f" at key {key}" if key else ""
             raise TargetError(
                 f"PostgreSQL target {redacted(self._url)}: {where}{doing}{at_key} failed: {detail}"
@@ -179,6 +185,10 @@ class PostgresTarget:
                 for i, (column, kind, precision, scale) in enumerate(columns)
             }
         )
+
+    def table_misfit(self, table: TableDef, known: Collection[str]) -> str | None:
+        """Why ``table`` cannot land in this database as named (:func:`applier.targets.pg_sql.table_misfit`)."""
+        return q.table_misfit(table, known, self._schema_map)
 
     # ------------------------------------------------------------------ writing
 
@@ -254,7 +264,7 @@ class PostgresTarget:
 
     def _stage_name(self, n: int) -> sql.Identifier:
         name = f"{self._name}_{n}"
-        if len(name.encode()) > _MAX_IDENTIFIER:
+        if len(name.encode()) > q.MAX_IDENTIFIER:
             raise TargetError(f"configuration name {self._name!r} is too long for PostgreSQL staging table names")
         return sql.Identifier(q.STAGING_SCHEMA, name)
 
@@ -276,7 +286,7 @@ class PostgresTarget:
             if row is not None and row[0] >= cycle_id:
                 return False
             for s in staged:
-                with self._errors("apply", s.table.name):
+                with self._errors("apply", s.table.name, s):
                     self._apply_table(conn, s)
             values = [self._name, cycle_id, *(position.get(k, 0) for k in q.CHECKPOINT_COLUMNS[2:])]
             conn.execute(q.upsert_checkpoint(), values)
@@ -326,6 +336,40 @@ class PostgresTarget:
             for (name,) in cur.fetchall():
                 if mine.fullmatch(name):
                     conn.execute(sql.SQL("DROP TABLE IF EXISTS {}").format(sql.Identifier(q.STAGING_SCHEMA, name)))
+
+
+_FAILING_ROW = re.compile(r"^Failing row contains \((.*)\)\.?$", re.DOTALL)
+_KEY_VALUES = re.compile(r"^(Key \((?:[^()]|\([^()]*\))*\))=\(.*\)(.*)$", re.DOTALL)
+
+
+def quiet_detail(detail: str | None) -> str | None:
+    """The database's error detail without row values: ``Failing row contains (…)`` goes, ``Key (c)=(v)`` keeps ``c``.
+
+    The key of the staged row is named apart (``at key …``); the other values
+    of a row may be personal data, shown only with ``target.show_row_values``.
+    """
+    if not detail or _FAILING_ROW.match(detail):
+        return None
+    key = _KEY_VALUES.match(detail)
+    return f"{key.group(1)}{key.group(2)}" if key else detail
+
+
+def key_of_failing_row(detail: str | None, table: TableDef) -> str | None:
+    """The key of the row a constraint refused, read from ``Failing row contains (…)`` when unambiguous.
+
+    PostgreSQL lists the row's values in the table's column order, separated by
+    ``, `` and unquoted, so the key is read only when the values split into
+    exactly as many parts as the table has columns (a value holding ``, ``
+    would shift them). Not for a table without a key.
+    """
+    found = _FAILING_ROW.match(detail or "")
+    if not found or not table.primary_key:
+        return None
+    values = found.group(1).split(", ")
+    if len(values) != len(table.columns):
+        return None
+    by_name = dict(zip(table.column_names, values, strict=True))
+    return ", ".join(f"{n}={by_name[n]}" for n in table.primary_key)
 
 
 def _failing_key(error: psycopg.Error, staged: _Staged) -> str | None:
