@@ -3,7 +3,8 @@
     spark-submit jobs/apply.py --config FILE [--set KEY=VALUE]... [--max-cycles N] [--run-key KEY]
 
 Parses arguments, builds the configuration, runs the cycles in this Spark
-application and exits with the Applier's exit code (0, 2, 3, 4 or 6: another run holds the lock).
+application and exits with the Applier's exit code (0, 2, 3, 4, 6: another run holds the lock, or 7: a
+damaged state file).
 """
 
 from __future__ import annotations

@@ -2,7 +2,8 @@
 
 Exit codes: 0 success (including nothing to do), 2 usage or configuration
 error, 3 refused intermediate file, 4 target or apply error, 5 a target table
-failed validation, 6 another run holds the configuration's run lock. Errors
+failed validation, 6 another run holds the configuration's run lock, 7 a
+state file (checkpoint, intent, run ledger) is damaged. Errors
 are one line on stderr; long work shows progress on stderr when it is a
 terminal.
 """
@@ -23,7 +24,8 @@ EXIT_CODES_HELP = """exit codes:
   3  refused intermediate file (the message names the pair)
   4  target or apply error
   5  a target table failed validation (the message names the table and the expectation)
-  6  another run of the configuration holds its run lock (the message names the holder); nothing was changed"""
+  6  another run of the configuration holds its run lock (the message names the holder); nothing was changed
+  7  a state file (checkpoint, intent, run ledger) is damaged (the message names it and what to do)"""
 
 
 def _add_config_args(parser: argparse.ArgumentParser) -> None:

@@ -10,6 +10,7 @@ mapping from failure to exit code lives in one place:
 - 4  target or apply error              (:class:`TargetError`)
 - 5  a target table failed validation   (:class:`ValidationError`)
 - 6  another run holds the run lock     (:class:`RunLockedError`)
+- 7  a state file of the Applier is damaged (:class:`StateFileError`)
 """
 
 from __future__ import annotations
@@ -163,3 +164,27 @@ class RunLockedError(ApplierError):
 
     def __reduce__(self) -> tuple[type[RunLockedError], tuple[str, str]]:
         return (type(self), (self.lock, self.holder))
+
+
+class StateFileError(ApplierError):
+    """A file that holds the Applier's state (checkpoint, intent, run ledger) cannot be read as it was written.
+
+    Nothing was changed: the run stopped before applying anything. A retry
+    cannot mend it; the message says what to do.
+
+    Attributes:
+        path: the damaged file.
+        problem: what is wrong with it.
+        remedy: what the operator can do.
+    """
+
+    exit_code = 7
+
+    def __init__(self, path: Path | str, problem: str, remedy: str) -> None:
+        self.path = Path(path)
+        self.problem = problem
+        self.remedy = remedy
+        super().__init__(f"{self.path} is damaged ({problem}); {remedy}")
+
+    def __reduce__(self) -> tuple[type[StateFileError], tuple[Path, str, str]]:
+        return (type(self), (self.path, self.problem, self.remedy))

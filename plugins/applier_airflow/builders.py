@@ -32,8 +32,8 @@ PARAM_OVERRIDES = {
 # A replay's "verified" table already held the cycle and was not changed.
 CHANGED_STATES = ("applied", "skipped", "reapplied")
 
-# Exit codes of jobs/apply.py that a retry cannot fix: bad configuration, refused pair.
-NOT_RETRIED = {2: "configuration error", 3: "refused intermediate file"}
+# Exit codes of jobs/apply.py that a retry cannot fix: bad configuration, refused pair, damaged state file.
+NOT_RETRIED = {2: "configuration error", 3: "refused intermediate file", 7: "damaged state file"}
 # The exit code of jobs/apply.py when another run holds the configuration's run lock.
 RUN_LOCKED = 6
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import datetime as dt
 import logging
+from collections import deque
 from collections.abc import Callable
 from typing import Any
 
@@ -19,6 +20,7 @@ from applier.engine.ledger import (
     prune_intermediate,
     utc_now,
 )
+from applier.engine.ledger_cycles import CycleLog
 from applier.engine.replay import replay_run
 from applier.engine.report import CycleReport
 from applier.engine.run import Applier, RunSummary
@@ -72,6 +74,8 @@ def run_applier(
         TargetError: the target failed (the cycle was not checkpointed), or
             was restored to an earlier state (replay the runs since), or is not
             where a replayed cycle found it (replay earlier runs first).
+        StateFileError: the checkpoint, the intent or the key's ledger record
+            is damaged; nothing was changed and Spark was not started.
         RunLockedError: another run of the configuration holds its run lock
             (the work folder's, or the target's); nothing was changed and
             Spark was not started.
@@ -82,6 +86,7 @@ def run_applier(
         check_run_key(run_key)  # a bad key is refused before Spark starts, as before the lock
     # One run at a time: the folder's lock, then the target's, both before anything changes or Spark starts.
     with RunLock(config.work_dir, config.configuration_name, run_key=run_key):
+        _check_state_files(config, run_key)  # a damaged one stops the run before Spark starts
         target = open_target(config)
         with target.run_lock():
             session = spark if spark is not None else start_spark(config, set_master=set_master)
@@ -122,6 +127,17 @@ def _locked_run(
         raise
     ledger.end(record, clock())
     return summary
+
+
+def _check_state_files(config: Config, run_key: str | None) -> None:
+    """Read the checkpoint, the intent and the key's ledger record, raising StateFileError for a damaged one."""
+    store = CheckpointStore(config.work_dir)
+    store.load()
+    store.load_intent()
+    if run_key is not None:
+        record = RunLedger(config.work_dir).get(run_key)
+        if record is not None and isinstance(record.cycles, CycleLog):
+            deque(record.cycles, maxlen=0)  # every line parses (one pass, at the start of the run)
 
 
 def _limit(config: Config, max_cycles: int | None) -> int:

@@ -16,7 +16,12 @@ from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
+from applier.errors import StateFileError
 from applier.intermediate.schema import TableDef, parse_table_def
+
+_COUNTERS = ("cycle_id", "applied_seq", "restart_seq")
+_POSITIONS = ("applied_commit_lsn", "last_lsn")
+_MAPPINGS = ("tables", "row_counts", "table_cycles")
 
 
 @dataclass(frozen=True)
@@ -56,8 +61,36 @@ class Checkpoint:
 
     @staticmethod
     def from_json(data: dict[str, Any]) -> Checkpoint:
+        """The checkpoint ``data`` holds.
+
+        Raises:
+            ValueError: ``data`` is not a checkpoint (a field unknown, missing a
+                type, or a table definition that does not parse).
+        """
+        problem = _checkpoint_problem(data)
+        if problem:
+            raise ValueError(problem)
         tables = {name: parse_table_def(name, raw) for name, raw in data.get("tables", {}).items()}
         return Checkpoint(**{**data, "tables": tables})
+
+
+def _checkpoint_problem(data: Any) -> str | None:
+    """What makes ``data`` no checkpoint, or None."""
+    if not isinstance(data, dict):
+        return f"it holds a JSON {type(data).__name__}, not an object"
+    unknown = sorted(set(data) - {f.name for f in fields(Checkpoint)})
+    if unknown:
+        return f"unknown field(s) {', '.join(unknown)}"
+    for name in _COUNTERS:
+        if name in data and (type(data[name]) is not int or data[name] < 0):
+            return f"{name} is {data[name]!r}, not a whole number >= 0"
+    for name in _POSITIONS:
+        if data.get(name) is not None and type(data[name]) is not int:
+            return f"{name} is {data[name]!r}, not a whole number or null"
+    for name in _MAPPINGS:
+        if name in data and not isinstance(data[name], dict):
+            return f"{name} is not a JSON object"
+    return None
 
 
 @dataclass(frozen=True)
@@ -66,6 +99,23 @@ class Intent:
 
     cycle_id: int
     seqs: list[int]
+
+    @staticmethod
+    def from_json(data: Any) -> Intent:
+        """The intent ``data`` holds.
+
+        Raises:
+            ValueError: ``data`` is not ``{"cycle_id": n >= 1, "seqs": [pairs in order]}``.
+        """
+        if not isinstance(data, dict) or set(data) != {"cycle_id", "seqs"}:
+            raise ValueError('it is not an object of exactly "cycle_id" and "seqs"')
+        cycle_id, seqs = data["cycle_id"], data["seqs"]
+        if type(cycle_id) is not int or cycle_id < 1:
+            raise ValueError(f"cycle_id is {cycle_id!r}, not a whole number >= 1")
+        ordered = isinstance(seqs, list) and all(type(x) is int and x >= 1 for x in seqs)
+        if not ordered or not seqs or seqs != list(range(seqs[0], seqs[0] + len(seqs))):
+            raise ValueError(f"seqs is {seqs!r}, not consecutive pair numbers")
+        return Intent(cycle_id, seqs)
 
 
 def write_atomically(path: Path, data: dict[str, Any]) -> None:
@@ -92,10 +142,22 @@ class CheckpointStore:
         self.intent_path = work_dir / "intent.json"
 
     def load(self) -> Checkpoint:
-        """The last committed checkpoint, or the starting one."""
+        """The last committed checkpoint, or the starting one.
+
+        Raises:
+            StateFileError: the file cannot be read as a checkpoint (naming it and what to do).
+        """
         if not self.checkpoint_path.exists():
             return Checkpoint()
-        return Checkpoint.from_json(json.loads(self.checkpoint_path.read_text(encoding="utf-8")))
+        try:
+            return Checkpoint.from_json(json.loads(self.checkpoint_path.read_text(encoding="utf-8")))
+        except (OSError, UnicodeError, ValueError) as e:
+            raise StateFileError(
+                self.checkpoint_path,
+                _reason(e),
+                "restore it from a backup; do not delete it: the next run would start again from pair 1 "
+                "and skip what the target already holds",
+            ) from e
 
     def save(self, checkpoint: Checkpoint) -> Checkpoint:
         """Record ``checkpoint`` (stamped with the time unless it carries one) and clear the intent it fulfils."""
@@ -113,9 +175,27 @@ class CheckpointStore:
         """The intent of a cycle begun but not checkpointed, if any."""
         if not self.intent_path.exists():
             return None
-        return Intent(**json.loads(self.intent_path.read_text(encoding="utf-8")))
+        try:
+            return Intent.from_json(json.loads(self.intent_path.read_text(encoding="utf-8")))
+        except (OSError, UnicodeError, ValueError) as e:
+            raise StateFileError(
+                self.intent_path,
+                _reason(e),
+                "it names the pairs of the cycle after the checkpoint's, begun when a run stopped; restore it "
+                "from a backup, or delete it only if no target table holds a cycle after the checkpoint's "
+                "(applier status shows it): the next run then plans that cycle anew",
+            ) from e
 
     def save_intent(self, intent: Intent) -> None:
         """Record which pairs the next cycle takes, before the target is touched."""
         self.work_dir.mkdir(parents=True, exist_ok=True)
         write_atomically(self.intent_path, asdict(intent))
+
+
+def _reason(error: Exception) -> str:
+    """An error reading a state file, in a few words (no traceback, no file contents)."""
+    if isinstance(error, json.JSONDecodeError):
+        return f"not JSON: {error.msg} at line {error.lineno}, column {error.colno}"
+    if isinstance(error, OSError):
+        return error.strerror or type(error).__name__
+    return str(error)

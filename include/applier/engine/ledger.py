@@ -52,7 +52,7 @@ from applier.engine.checkpoint import Checkpoint, write_atomically
 from applier.engine.ledger_cycles import CycleLog, CycleTally, Definitions
 from applier.engine.ledger_cycles import LedgerCycle as LedgerCycle
 from applier.engine.ledger_cycles import TableOutcome as TableOutcome
-from applier.errors import TargetError, UsageError
+from applier.errors import StateFileError, UsageError
 from applier.intermediate.pairs import pair_name
 
 RunStatus = Literal["running", "finished", "failed"]
@@ -62,6 +62,13 @@ Clock = Callable[[], dt.datetime]
 CYCLES_SUFFIX = ".cycles.jsonl"
 _UNSAFE = re.compile(r"[^A-Za-z0-9_-]")
 _MAX_KEY = 250
+
+
+# What to do with a damaged ledger file: the ledger serves replays, not the positions.
+LEDGER_REMEDY = (
+    "restore it from a backup, or move it aside: the run key then starts a new record, and a backfill "
+    "can no longer replay that run's cycles"
+)
 
 
 def utc_now() -> dt.datetime:
@@ -157,7 +164,7 @@ class RunLedger:
         """The record of ``run_key``, or None.
 
         Raises:
-            TargetError: the record's file cannot be read (naming it).
+            StateFileError: the record's file cannot be read (naming it).
         """
         path = self.path(run_key)
         return self._read(path) if path.exists() else None
@@ -243,8 +250,8 @@ class RunLedger:
         try:
             data = json.loads(path.read_text(encoding="utf-8"))
             record = RunRecord.from_json(data)
-        except (OSError, ValueError, KeyError, TypeError) as e:
-            raise TargetError(f"run ledger record {path} cannot be read: {e}") from e
+        except (OSError, ValueError, KeyError, TypeError, AttributeError) as e:
+            raise StateFileError(path, f"a run ledger record that cannot be read: {e}", LEDGER_REMEDY) from e
         if "cycles" not in data:  # the one-file layout holds its cycles; this one reads them from their file
             record.cycles = self.cycle_log(record.run_key)
         return record

@@ -32,7 +32,7 @@ from typing import Any, Literal, overload
 from applier.engine.checkpoint import Checkpoint, write_atomically
 from applier.engine.jsonlines import append_line, count_lines, is_torn, last_lines, read_lines, replace_lines
 from applier.engine.report import CycleReport
-from applier.errors import TargetError
+from applier.errors import StateFileError
 
 TableOutcome = Literal["applied", "skipped", "reapplied", "verified"]
 
@@ -164,6 +164,12 @@ class Definitions:
         return self._cache[digest]
 
 
+LEDGER_CYCLES_REMEDY = (
+    "restore it from a backup, or move it and its record aside: the run key then starts a new record, "
+    "and a backfill can no longer replay that run's cycles"
+)
+
+
 class CycleLog(Sequence[LedgerCycle]):
     """A record's cycles in their file, read from it whenever they are walked.
 
@@ -184,7 +190,7 @@ class CycleLog(Sequence[LedgerCycle]):
             for data in read_lines(self.path):
                 yield LedgerCycle.from_line(data, self.definitions)
         except (OSError, ValueError, KeyError, TypeError) as e:
-            raise TargetError(f"run ledger cycles {self.path} cannot be read: {e}") from e
+            raise StateFileError(self.path, f"run ledger cycles that cannot be read: {e}", LEDGER_CYCLES_REMEDY) from e
 
     def __len__(self) -> int:
         return count_lines(self.path)
@@ -209,7 +215,7 @@ class CycleLog(Sequence[LedgerCycle]):
         try:
             return [LedgerCycle.from_line(data, self.definitions) for data in last_lines(self.path, n)]
         except (OSError, ValueError, KeyError, TypeError) as e:
-            raise TargetError(f"run ledger cycles {self.path} cannot be read: {e}") from e
+            raise StateFileError(self.path, f"run ledger cycles that cannot be read: {e}", LEDGER_CYCLES_REMEDY) from e
 
     def torn(self) -> bool:
         """Whether the file ends with a cycle whose append was cut short (a crash)."""
