@@ -54,6 +54,8 @@ class ApplyConfig:
     intermediate_retention_hours: float | None = None
     threads: int = 4
     queue_memory_mb: float | None = None
+    transient_retries: int = 3
+    transient_retry_delay_s: float = 5.0
 
     @property
     def cycle_limit_bytes(self) -> int:
@@ -90,7 +92,9 @@ class TargetConfig:
     ``~/.pgpass``; it is never shown). ``schema_map``: source schema -> target
     schema (PostgreSQL; unmapped schemas keep their name). ``show_row_values``:
     whether a target error may show the failing row's values besides its key
-    (a debugging aid, off: they may be personal data).
+    (a debugging aid, off: they may be personal data). ``lock_timeout_s`` and
+    ``statement_timeout_s`` (PostgreSQL): how long a statement waits for a lock,
+    and may run, before it fails with a transient error (0: no limit).
     """
 
     type: str = "delta"
@@ -98,6 +102,8 @@ class TargetConfig:
     url: str | None = None
     schema_map: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
     show_row_values: bool = False
+    lock_timeout_s: float = 60.0
+    statement_timeout_s: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -149,6 +155,15 @@ def _boolean(key: str, v: Any) -> bool:
     if isinstance(v, str) and v.strip().lower() in ("true", "false"):
         return v.strip().lower() == "true"
     raise ConfigError(key, v, "use true or false")
+
+
+def _seconds(meaning: str) -> Callable[[str, Any], float]:
+    def check(key: str, v: Any) -> float:
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 <= v < 10**7:
+            raise ConfigError(key, v, f"use a number of seconds >= 0 ({meaning})")
+        return float(v)
+
+    return check
 
 
 def _non_negative_number(key: str, v: Any) -> float:
@@ -229,6 +244,10 @@ _KEYS: dict[str, tuple[Callable[[str, Any], Any], Any]] = {
     "target.path": (_text, None),
     "target.url": (_text, None),
     "target.show_row_values": (_boolean, False),
+    "target.lock_timeout_s": (_seconds("0 waits for ever"), 60.0),
+    "target.statement_timeout_s": (_seconds("0 means no limit"), 0.0),
+    "apply.transient_retries": (_int_at_least(0, "retries of a cycle after a transient target error"), 3),
+    "apply.transient_retry_delay_s": (_seconds("the first wait; each retry waits twice the one before"), 5.0),
     "apply.threads": (_int_at_least(1, "concurrent table loads, the target's load connections"), 4),
     "spark.master": (_text, "local[*]"),
 }
@@ -345,6 +364,8 @@ def load_config(path: Path | str | None, overrides: Sequence[str] = ()) -> Confi
             intermediate_retention_hours=values["apply.intermediate_retention_hours"],
             threads=values["apply.threads"],
             queue_memory_mb=values["apply.queue_memory_mb"],
+            transient_retries=values["apply.transient_retries"],
+            transient_retry_delay_s=values["apply.transient_retry_delay_s"],
         ),
         target=TargetConfig(
             type=values["target.type"],
@@ -352,6 +373,8 @@ def load_config(path: Path | str | None, overrides: Sequence[str] = ()) -> Confi
             url=values["target.url"],
             schema_map=MappingProxyType(_prefixed(values, _SCHEMA_MAP)),
             show_row_values=values["target.show_row_values"],
+            lock_timeout_s=values["target.lock_timeout_s"],
+            statement_timeout_s=values["target.statement_timeout_s"],
         ),
         spark=SparkConfig(master=values["spark.master"], conf=MappingProxyType(spark_conf)),
     )

@@ -18,6 +18,7 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 # A password in a connection string: a URI's ``user:password@`` and libpq's
 # (or a query string's) ``password=...``, quoted or not, whatever the case.
@@ -113,9 +114,26 @@ class GapError(IntermediateFileError):
 
 
 class TargetError(ApplierError):
-    """Writing to the target failed; the cycle was not committed."""
+    """Writing to the target failed; the cycle was not committed.
+
+    Attributes:
+        transient: the same apply may succeed later, unchanged (a lock
+            timeout, a lost connection, a deadlock): the engine retries the
+            cycle (``apply.transient_retries``) before it gives up.
+    """
 
     exit_code = 4
+
+    def __init__(self, message: str, *, transient: bool = False) -> None:
+        self.transient = transient
+        super().__init__(message)
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (_target_error, (self.args[0] if self.args else "", self.transient))
+
+
+def _target_error(message: str, transient: bool) -> TargetError:
+    return TargetError(message, transient=transient)
 
 
 class ValidationError(ApplierError):

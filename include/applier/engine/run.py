@@ -38,6 +38,7 @@ from applier.engine.ledger_cycles import RECENT_CYCLES, CycleTally
 from applier.engine.queue import MemoryQueue
 from applier.engine.reading import CycleInput, buffer_open_rows, missing_pair_error, read_cycle, reread_window
 from applier.engine.report import CycleReport, append_report, peak_rss_mib
+from applier.engine.retry import RetryPolicy
 from applier.engine.sparkapply import apply_committed
 from applier.engine.spill import COMMITTED_PART, SPILL_SUFFIX
 from applier.errors import TargetError
@@ -255,7 +256,7 @@ class Applier:
         position = dict(applied_seq=applied_seq, applied_commit_lsn=applied_commit_lsn or 0, restart_seq=restart_seq)
         changed = apply_committed(
             *(self.spark, self.target, cycle_id, cycle, taken, validator.state.tables, report, position),
-            *(self.holder, memory_file),
+            *(self.holder, memory_file, RetryPolicy.of(self.config.apply)),
         )
         counts = dict(checkpoint.row_counts)
         for table, (truncated, delta) in changed.items():

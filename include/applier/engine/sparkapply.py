@@ -20,6 +20,7 @@ from applier.engine.compiled import CompiledCycle
 from applier.engine.netting import compile_partitions
 from applier.engine.reading import CycleInput
 from applier.engine.report import CycleReport
+from applier.engine.retry import NO_RETRY, RetryPolicy
 from applier.engine.spill import read_spill
 from applier.engine.touches import last_truncates
 from applier.intermediate.schema import TableDef
@@ -80,6 +81,7 @@ def apply_committed(
     position: Mapping[str, int],
     holder: CompiledFactory,
     memory_file: Path | None = None,
+    retry: RetryPolicy = NO_RETRY,
 ) -> dict[str, tuple[bool, int]]:
     """Compile and apply the cycle's committed transactions.
 
@@ -96,6 +98,8 @@ def apply_committed(
         memory_file: the committed transactions' rows that were still in memory
             (:meth:`~applier.engine.buffers.TransactionBuffers.take_committed`);
             removed once the cycle is applied.
+        retry: how a transient target error is retried (the compiled cycle is
+            kept until the last attempt).
 
     Returns:
         For each table changed: whether it was truncated, and the change in its
@@ -124,7 +128,7 @@ def apply_committed(
             raise
     try:
         with report.phase("tables"):
-            load = target.apply_cycle(cycle_id, compiled, position)
+            load = retry.run(lambda: target.apply_cycle(cycle_id, compiled, position), f"cycle {cycle_id}")
     finally:
         report.compiled_file_bytes = compiled.file_bytes
         compiled.close()

@@ -143,5 +143,7 @@ def open_target(config: Config) -> Target:
             schema_map=config.target.schema_map,
             threads=config.apply.threads,
             show_row_values=config.target.show_row_values,
+            lock_timeout_s=config.target.lock_timeout_s,
+            statement_timeout_s=config.target.statement_timeout_s,
         )
     raise ConfigError("target.type", config.target.type, "use one of: delta, postgres")

@@ -41,6 +41,14 @@ from applier.errors import TargetError
 from applier.intermediate.schema import TableDef, check_table_name
 from applier.targets import CycleLoad
 from applier.targets import pg_sql as q
+from applier.targets.pg_errors import (
+    LOCK_NOT_AVAILABLE,
+    failing_copy_key,
+    is_transient,
+    key_of_failing_row,
+    lock_holders,
+    quiet_detail,
+)
 from applier.targets.pg_load import csv_bytes, read_batches, staging_rows
 from applier.targets.pg_lock import advisory_run_lock
 
@@ -54,7 +62,6 @@ _ARROW_TYPES = {
     "timestamp with time zone": pa.timestamp("us", tz="UTC"),
     "bytea": pa.binary(),
 }
-_LINE = re.compile(r"line (\d+)")
 
 
 def redacted(url: str) -> str:
@@ -86,6 +93,9 @@ class PostgresTarget:
         threads: load connections allowed (at least 1).
         show_row_values: errors keep the database's detail with the failing row's
             values (otherwise only the key and the columns are named).
+        lock_timeout_s: how long a statement waits for a lock before it fails
+            with a transient error naming the holder (0: for ever).
+        statement_timeout_s: how long one statement may run (0: no limit).
     """
 
     def __init__(
@@ -96,6 +106,8 @@ class PostgresTarget:
         schema_map: Mapping[str, str] | None = None,
         threads: int = 1,
         show_row_values: bool = False,
+        lock_timeout_s: float = 60.0,
+        statement_timeout_s: float = 0.0,
     ) -> None:
         if threads < 1:
             raise ValueError(f"threads must be at least 1, got {threads}")
@@ -104,6 +116,8 @@ class PostgresTarget:
         self._schema_map = dict(schema_map or {})
         self._threads = threads
         self._show_row_values = show_row_values
+        self._lock_timeout_s = lock_timeout_s
+        self._statement_timeout_s = statement_timeout_s
         self._connections: list[psycopg.Connection[Any]] = []
 
     # ------------------------------------------------------------------ connections
@@ -118,7 +132,13 @@ class PostgresTarget:
 
     def _connect(self) -> psycopg.Connection[Any]:
         with self._errors("connect", None):
-            return psycopg.connect(self._url, application_name=f"applier {self._name}")
+            conn = psycopg.connect(self._url, application_name=f"applier {self._name}", autocommit=False)
+            conn.execute(
+                "SELECT set_config('lock_timeout', %s, false), set_config('statement_timeout', %s, false)",
+                [f"{round(self._lock_timeout_s * 1000)}ms", f"{round(self._statement_timeout_s * 1000)}ms"],
+            )
+            conn.commit()
+            return conn
 
     def close(self) -> None:
         """Close every connection (a broken one too)."""
@@ -137,14 +157,19 @@ class PostgresTarget:
             yield
         except psycopg.Error as e:
             where = f"table {table}: " if table else ""
-            key = _failing_key(e, source) if source is not None else None
-            if key is None and source is not None:
-                key = key_of_failing_row(e.diag.message_detail, source.table)
+            key = None
+            if source is not None:
+                key = failing_copy_key(e, source.table, source.source)
+                key = key or key_of_failing_row(e.diag.message_detail, source.table)
             shown = e.diag.message_detail if self._show_row_values else quiet_detail(e.diag.message_detail)
             detail = "; ".join(x for x in (e.diag.message_primary or str(e).strip(), shown) if x)
             at_key = f" at key {key}" if key else ""
+            if e.sqlstate == LOCK_NOT_AVAILABLE and source is not None:
+                holders = lock_holders(self._url, *q.target_name(source.table.name, self._schema_map))
+                detail += f" (lock_timeout {self._lock_timeout_s:g} s; held by {holders or 'a transaction now gone'})"
             raise TargetError(
-                f"PostgreSQL target {redacted(self._url)}: {where}{doing}{at_key} failed: {detail}"
+                f"PostgreSQL target {redacted(self._url)}: {where}{doing}{at_key} failed: {detail}",
+                transient=is_transient(e),
             ) from e
 
     # ------------------------------------------------------------------ reading
@@ -336,52 +361,3 @@ class PostgresTarget:
             for (name,) in cur.fetchall():
                 if mine.fullmatch(name):
                     conn.execute(sql.SQL("DROP TABLE IF EXISTS {}").format(sql.Identifier(q.STAGING_SCHEMA, name)))
-
-
-_FAILING_ROW = re.compile(r"^Failing row contains \((.*)\)\.?$", re.DOTALL)
-_KEY_VALUES = re.compile(r"^(Key \((?:[^()]|\([^()]*\))*\))=\(.*\)(.*)$", re.DOTALL)
-
-
-def quiet_detail(detail: str | None) -> str | None:
-    """The database's error detail without row values: ``Failing row contains (…)`` goes, ``Key (c)=(v)`` keeps ``c``.
-
-    The key of the staged row is named apart (``at key …``); the other values
-    of a row may be personal data, shown only with ``target.show_row_values``.
-    """
-    if not detail or _FAILING_ROW.match(detail):
-        return None
-    key = _KEY_VALUES.match(detail)
-    return f"{key.group(1)}{key.group(2)}" if key else detail
-
-
-def key_of_failing_row(detail: str | None, table: TableDef) -> str | None:
-    """The key of the row a constraint refused, read from ``Failing row contains (…)`` when unambiguous.
-
-    PostgreSQL lists the row's values in the table's column order, separated by
-    ``, `` and unquoted, so the key is read only when the values split into
-    exactly as many parts as the table has columns (a value holding ``, ``
-    would shift them). Not for a table without a key.
-    """
-    found = _FAILING_ROW.match(detail or "")
-    if not found or not table.primary_key:
-        return None
-    values = found.group(1).split(", ")
-    if len(values) != len(table.columns):
-        return None
-    by_name = dict(zip(table.column_names, values, strict=True))
-    return ", ".join(f"{n}={by_name[n]}" for n in table.primary_key)
-
-
-def _failing_key(error: psycopg.Error, staged: _Staged) -> str | None:
-    """The key of the staging row a COPY error points at (``line N`` of the COPY), if it can be found."""
-    found = _LINE.search(error.diag.context or "")
-    if not found or staged.source is None:
-        return None
-    index = int(found.group(1)) - 1
-    for batch in read_batches(staged.source):
-        if index < batch.num_rows:
-            names = staged.table.primary_key or staged.table.column_names
-            row = batch.slice(index, 1).to_pylist()[0]
-            return ", ".join(f"{n}={row[n]!r}" for n in names)
-        index -= batch.num_rows
-    return None

@@ -1,0 +1,112 @@
+"""PostgreSQL's errors as the Applier reports them: which are transient, which key failed, no row values.
+
+A target error names the table, the key when it can be found and the
+database's message, never the password and never the row's other values
+(unless ``target.show_row_values``). It is *transient* when the same apply may
+succeed later unchanged: the engine then retries the cycle
+(:mod:`applier.engine.retry`); otherwise the run stops.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+import psycopg
+import pyarrow as pa
+
+from applier.intermediate.schema import TableDef
+from applier.targets.pg_load import read_batches
+
+# SQLSTATE classes and codes after which the same statements may succeed:
+# connection exceptions (08), transaction rollbacks (40: serialization failure,
+# deadlock), insufficient resources (53), lock_not_available (55P03: our
+# lock_timeout), query_canceled (57014: our statement_timeout), and the
+# server shutting down or starting (57P01-57P03).
+TRANSIENT_CLASSES = ("08", "40", "53")
+TRANSIENT_CODES = ("55P03", "57014", "57P01", "57P02", "57P03")
+LOCK_NOT_AVAILABLE = "55P03"
+
+_LINE = re.compile(r"line (\d+)")
+_FAILING_ROW = re.compile(r"^Failing row contains \((.*)\)\.?$", re.DOTALL)
+_KEY_VALUES = re.compile(r"^(Key \((?:[^()]|\([^()]*\))*\))=\(.*\)(.*)$", re.DOTALL)
+
+
+def is_transient(error: psycopg.Error) -> bool:
+    """Whether ``error`` may not happen again on a retry (a lock, a lost connection, a deadlock)."""
+    state = error.sqlstate
+    if state is None:
+        return isinstance(error, psycopg.OperationalError)  # no answer from the server: connecting, or lost
+    return state[:2] in TRANSIENT_CLASSES or state in TRANSIENT_CODES
+
+
+def quiet_detail(detail: str | None) -> str | None:
+    """The database's error detail without row values: ``Failing row contains (…)`` goes, ``Key (c)=(v)`` keeps ``c``.
+
+    The key of the staged row is named apart (``at key …``); the other values
+    of a row may be personal data, shown only with ``target.show_row_values``.
+    """
+    if not detail or _FAILING_ROW.match(detail):
+        return None
+    key = _KEY_VALUES.match(detail)
+    return f"{key.group(1)}{key.group(2)}" if key else detail
+
+
+def key_of_failing_row(detail: str | None, table: TableDef) -> str | None:
+    """The key of the row a constraint refused, read from ``Failing row contains (…)`` when unambiguous.
+
+    PostgreSQL lists the row's values in the table's column order, separated by
+    ``, `` and unquoted, so the key is read only when the values split into
+    exactly as many parts as the table has columns (a value holding ``, ``
+    would shift them). Not for a table without a key.
+    """
+    found = _FAILING_ROW.match(detail or "")
+    if not found or not table.primary_key:
+        return None
+    values = found.group(1).split(", ")
+    if len(values) != len(table.columns):
+        return None
+    by_name = dict(zip(table.column_names, values, strict=True))
+    return ", ".join(f"{n}={by_name[n]}" for n in table.primary_key)
+
+
+def failing_copy_key(error: psycopg.Error, table: TableDef, source: pa.Table | None) -> str | None:
+    """The key of the staging row a COPY error points at (``line N`` of the COPY), if it can be found."""
+    found = _LINE.search(error.diag.context or "")
+    if not found or source is None:
+        return None
+    index = int(found.group(1)) - 1
+    for batch in read_batches(source):
+        if index < batch.num_rows:
+            names = table.primary_key or table.column_names
+            row = batch.slice(index, 1).to_pylist()[0]
+            return ", ".join(f"{n}={row[n]!r}" for n in names)
+        index -= batch.num_rows
+    return None
+
+
+def lock_holders(url: str, schema: str, name: str) -> str | None:
+    """Who holds a lock on ``schema.name`` now, in words (pid, user, application, since when); None if nobody.
+
+    Asked on a connection of its own after a lock timeout (the failed
+    transaction can ask nothing more). Best effort: None when it cannot tell.
+    """
+    query = (
+        "SELECT DISTINCT a.pid, a.usename, a.application_name, a.xact_start, l.mode "
+        "FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid "
+        "WHERE l.relation = to_regclass(%s) AND l.granted AND a.pid <> pg_backend_pid() ORDER BY a.pid"
+    )
+    qualified = ".".join('"' + part.replace('"', '""') + '"' for part in (schema, name))
+    try:
+        with psycopg.connect(url, connect_timeout=5, application_name="applier lock check") as conn:
+            rows: list[Any] = conn.execute(query, [qualified]).fetchall()
+    except psycopg.Error:
+        return None
+    if not rows:
+        return None
+    return "; ".join(
+        f"pid {pid} (user {user}, application {app or '-'}, {mode}, transaction since {since:%Y-%m-%d %H:%M:%S %Z})"
+        if since is not None
+        else f"pid {pid} (user {user}, application {app or '-'}, {mode})"
+        for pid, user, app, since, mode in rows
+    )
