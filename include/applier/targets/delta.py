@@ -284,9 +284,14 @@ def _added_fields(current: DeltaTable, table_def: TableDef) -> list[Field]:
     have = list(current.schema().fields)
     want = list(DeltaSchema.from_arrow(arrow_schema(table_def)).fields)
     if want[: len(have)] != have:
+        pairs = zip(want, have, strict=False)
+        differ = next(
+            (f"column {w.name}: expected {_describe([w])}, found {_describe([h])}" for w, h in pairs if w != h),
+            f"found columns the definition does not have: {_describe(have[len(want) :])}",
+        )
         raise TargetError(
-            f"table {table_def.name}: the Delta table's columns ({_describe(have)}) are not the start "
-            f"of the definition's ({_describe(want)})"
+            f"table {table_def.name}: the Delta table was changed so that applying to it could lose data "
+            f"({differ}); its columns: {_describe(have)}"
         )
     added = want[len(have) :]
     required = [f.name for f in added if not f.nullable]
@@ -296,7 +301,8 @@ def _added_fields(current: DeltaTable, table_def: TableDef) -> list[Field]:
 
 
 def _describe(fields: Sequence[Field]) -> str:
-    return ", ".join(f"{f.name} {f.type}{'' if f.nullable else ' not null'}" for f in fields)
+    """``name type[ not null]`` of each field (a primitive type by its name: ``decimal(12,2)``)."""
+    return ", ".join(f"{f.name} {getattr(f.type, 'type', f.type)}{'' if f.nullable else ' not null'}" for f in fields)
 
 
 def _check_shape(changes: TableChanges) -> None:

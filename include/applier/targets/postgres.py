@@ -41,6 +41,7 @@ from applier.errors import TargetError
 from applier.intermediate.schema import TableDef, check_table_name
 from applier.targets import CycleLoad
 from applier.targets import pg_sql as q
+from applier.targets.pg_drift import COLUMNS_QUERY, FoundColumn, drift
 from applier.targets.pg_errors import (
     LOCK_NOT_AVAILABLE,
     failing_copy_key,
@@ -342,15 +343,24 @@ class PostgresTarget:
         conn.execute(q.insert_copies(ident, s.stage, table))
 
     def _evolve(self, conn: psycopg.Connection[Any], ident: sql.Identifier, table: TableDef) -> None:
-        schema = self._schema_map.get(table.schema_name, table.schema_name)
-        cur = conn.execute(
-            "SELECT column_name FROM information_schema.columns WHERE table_schema = %s AND table_name = %s",
-            [schema, table.table_name],
-        )
-        present = {r[0] for r in cur.fetchall()}
-        for column in table.columns:
-            if column.name not in present:
-                conn.execute(q.add_column(ident, column))
+        """Add the definition's new columns, then refuse a table that drifted (:mod:`~applier.targets.pg_drift`)."""
+        found = self._found_columns(conn, table)
+        present = {c.name for c in found}
+        added = [column for column in table.columns if column.name not in present]
+        for column in added:
+            conn.execute(q.add_column(ident, column))
+        if added:
+            found = self._found_columns(conn, table)
+        problem = drift(table, found)
+        if problem:
+            schema, name = q.target_name(table.name, self._schema_map)
+            raise TargetError(
+                f"table {table.name}: the target table {schema}.{name} was changed so that applying to it could "
+                f"lose data ({problem}); change it back, or drop it to have it created again"
+            )
+
+    def _found_columns(self, conn: psycopg.Connection[Any], table: TableDef) -> list[FoundColumn]:
+        return [FoundColumn(*row) for row in conn.execute(COLUMNS_QUERY, q.target_name(table.name, self._schema_map))]
 
     def _drop_staging(self) -> None:
         """Drop this configuration's staging tables (after a commit, or left by a crash)."""
