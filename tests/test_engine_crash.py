@@ -49,6 +49,15 @@ class CrashingTarget:
     def table_misfit(self, table: Any, known: Any) -> str | None:
         return self.real.table_misfit(table, known)
 
+    def highest_cycle(self, tables: Any) -> int:
+        return int(self.real.highest_cycle(tables))
+
+    def saved_checkpoint(self) -> Any:
+        return self.real.saved_checkpoint()
+
+    def save_checkpoint(self, state: Any) -> None:
+        self.real.save_checkpoint(state)
+
     def apply(self, cycle_id: int, changes: TableChanges) -> bool:
         if not self.real.apply(cycle_id, changes):
             return False

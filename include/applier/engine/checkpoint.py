@@ -171,6 +171,12 @@ class CheckpointStore:
         self.intent_path.unlink(missing_ok=True)
         return stamped
 
+    def replace(self, checkpoint: Checkpoint) -> Checkpoint:
+        """Write ``checkpoint`` as it is, leaving the intent (a copy found newer, at the start of a run)."""
+        self.work_dir.mkdir(parents=True, exist_ok=True)
+        write_atomically(self.checkpoint_path, checkpoint.to_json())
+        return checkpoint
+
     def load_intent(self) -> Intent | None:
         """The intent of a cycle begun but not checkpointed, if any."""
         if not self.intent_path.exists():

@@ -158,7 +158,7 @@ class Applier:
         """
         summary = RunSummary(leftover_spills_removed=self.buffers.clear_leftovers())
         try:
-            checkpoint = self.store.load()
+            checkpoint = self._authoritative(self.store.load())
             self._refuse_restored_target(checkpoint)
             if self.journal is not None:
                 self.journal.forget_after(checkpoint.cycle_id)
@@ -183,6 +183,40 @@ class Applier:
         summary.add_cycles(CycleTally.of(self.journal.record.cycles) if self.journal is not None else self.cycles)
         summary.run_key = self.journal.record.run_key if self.journal is not None else None
         return summary
+
+    def _authoritative(self, local: Checkpoint) -> Checkpoint:
+        """The checkpoint to start from: the target's copy when the local file is missing or older.
+
+        Raises:
+            TargetError: the target holds a cycle past both (and past an intent
+                under way): applying from them would skip pairs.
+        """
+        copy = self.target.saved_checkpoint()
+        if copy is not None:
+            try:
+                kept = Checkpoint.from_json(copy)
+            except ValueError as e:
+                raise TargetError(f"the target's copy of the checkpoint cannot be read ({e})") from e
+            if kept.cycle_id > local.cycle_id:
+                was = f"held cycle {local.cycle_id}" if self.store.checkpoint_path.exists() else "was missing"
+                log.warning(
+                    "%s %s, the target's copy holds cycle %d (pairs through %d): starting from the copy",
+                    self.store.checkpoint_path,
+                    was,
+                    kept.cycle_id,
+                    kept.applied_seq,
+                )
+                local = self.store.replace(kept)
+        intent = self.store.load_intent()
+        under_way = intent is not None and intent.cycle_id == local.cycle_id + 1
+        held = self.target.highest_cycle(sorted(local.table_cycles))
+        if held > local.cycle_id + under_way:
+            raise TargetError(
+                f"the target holds cycle {held}, but {self.store.checkpoint_path} holds cycle {local.cycle_id} and "
+                "the target keeps no newer copy: the checkpoint was lost or went back, and applying from it would "
+                "skip pairs; restore checkpoint.json from a backup (see README 'Recovery')"
+            )
+        return local
 
     def _refuse_restored_target(self, checkpoint: Checkpoint) -> None:
         """Refuse to apply on top of tables holding less than the checkpoint recorded: they were restored."""
@@ -303,7 +337,9 @@ class Applier:
         self.cycles.append(cycle)
         if self.journal is not None:
             self.journal.add(cycle)
-        return self.store.save(after)
+        saved = self.store.save(after)
+        self.target.save_checkpoint(saved.to_json())
+        return saved
 
     def _file_report(self, report: CycleReport) -> None:
         append_report(self.report_path, report)

@@ -68,6 +68,25 @@ class Target(Protocol):
         """
         ...
 
+    def highest_cycle(self, tables: Iterable[str]) -> int:
+        """The newest cycle any of ``tables`` holds; with none named, any table of the configuration.
+
+        A run compares it with its checkpoint at start, so that a checkpoint
+        that was lost or went back never makes it skip pairs.
+        """
+        ...
+
+    def saved_checkpoint(self) -> dict[str, Any] | None:
+        """The copy of the Applier's checkpoint the target keeps (:meth:`save_checkpoint`), or None."""
+        ...
+
+    def save_checkpoint(self, state: Mapping[str, Any]) -> None:
+        """Keep a copy of the checkpoint just written, beside the data, where no source table can land.
+
+        A run whose ``checkpoint.json`` is missing or older starts from this copy.
+        """
+        ...
+
     def apply_cycle(
         self, cycle_id: int, changes: Mapping[str, TableChanges], position: Mapping[str, int]
     ) -> CycleLoad:

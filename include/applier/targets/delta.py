@@ -32,10 +32,12 @@ added after it. The target assumes it is the only writer of its tables.
 
 from __future__ import annotations
 
+import json
 import logging
 from collections.abc import Collection, Iterable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager, contextmanager, nullcontext
 from pathlib import Path
+from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -51,12 +53,13 @@ from applier.engine.changes import (
     repeated_keys,
     typed,
 )
+from applier.engine.checkpoint import write_atomically
 from applier.errors import TargetError
 from applier.intermediate.schema import SchemaError, TableDef, check_table_name
 from applier.targets import CycleLoad
 from applier.targets.delta_files import rewrite_copies
 from applier.targets.delta_log import commit_tags, cycle_on_path, tagged_cycle
-from applier.targets.delta_names import delta_misfit
+from applier.targets.delta_names import OWN_FOLDER, delta_misfit
 from applier.targets.per_table import apply_tables
 
 log = logging.getLogger(__name__)
@@ -77,6 +80,7 @@ class DeltaTarget:
         self.root = Path(root).resolve()
         self.app_id = app_id
         self.threads = threads
+        self._checkpoint_copy = self.root / OWN_FOLDER / f"{app_id}.checkpoint.json"
 
     def apply_cycle(
         self, cycle_id: int, changes: Mapping[str, TableChanges], position: Mapping[str, int]
@@ -126,6 +130,30 @@ class DeltaTarget:
         with _target_errors(table, "reading the committed cycle"):
             current = _open(path)
             return 0 if current is None else self._held_cycle(table, path, current)
+
+    def highest_cycle(self, tables: Iterable[str]) -> int:
+        """The newest cycle ``tables`` hold; with none named, every table under the root (a first start)."""
+        names = list(tables) or [
+            f"{p.parent.parent.name}.{p.parent.name}"
+            for p in sorted(self.root.glob("*/*/_delta_log"))
+            if not p.parent.name.startswith("_") and not p.parent.parent.name.startswith("_")
+        ]
+        return max(self.committed_cycles(names).values(), default=0)
+
+    def saved_checkpoint(self) -> dict[str, Any] | None:
+        """The copy of the Applier's checkpoint kept under the root, in ``_applier/`` (no table can land there)."""
+        path = self._checkpoint_copy
+        try:
+            data = json.loads(path.read_text(encoding="utf-8")) if path.exists() else None
+        except (OSError, ValueError) as e:
+            raise TargetError(f"the checkpoint's copy {path} cannot be read ({e}); move it aside") from e
+        return data if isinstance(data, dict) else None
+
+    def save_checkpoint(self, state: Mapping[str, Any]) -> None:
+        """Keep ``state`` (the checkpoint just written) as ``<root>/_applier/<configuration>.checkpoint.json``."""
+        with _target_errors("_applier", "keeping a copy of the checkpoint"):
+            self._checkpoint_copy.parent.mkdir(parents=True, exist_ok=True)
+            write_atomically(self._checkpoint_copy, dict(state))
 
     def committed_cycles(self, tables: Iterable[str]) -> dict[str, int]:
         """:meth:`committed_cycle` of each table: every Delta table keeps its own log."""

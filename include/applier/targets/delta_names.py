@@ -21,6 +21,9 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+# Where the Applier keeps its own objects on a Delta target (a copy of each
+# configuration's checkpoint): a name no table can take.
+OWN_FOLDER = "_applier"
 NAME_MAX = 255
 PATH_MAX = 4096
 # The longest path a table folder holds below it: a data file

@@ -242,8 +242,30 @@ def create_checkpoint_table() -> sql.Composed:
     return sql.SQL(
         "CREATE TABLE IF NOT EXISTS {} ("
         "configuration_name text PRIMARY KEY, cycle_id bigint NOT NULL, applied_seq bigint NOT NULL, "
-        "applied_commit_lsn bigint NOT NULL, restart_seq bigint NOT NULL, committed_at timestamptz NOT NULL)"
+        "applied_commit_lsn bigint NOT NULL, restart_seq bigint NOT NULL, committed_at timestamptz NOT NULL, "
+        "state jsonb)"
     ).format(sql.Identifier(CHECKPOINT_TABLE))
+
+
+def add_state_column() -> sql.Composed:
+    """The checkpoint's copy (``state``), added to a checkpoint table made before it existed."""
+    return sql.SQL("ALTER TABLE {} ADD COLUMN IF NOT EXISTS state jsonb").format(sql.Identifier(CHECKPOINT_TABLE))
+
+
+def save_state() -> sql.Composed:
+    """Keep a copy of the Applier's checkpoint in its row (parameters: configuration, state JSON).
+
+    A configuration without a row yet gets one at cycle 0: its tables hold no cycle.
+    """
+    return sql.SQL(
+        "INSERT INTO {} (configuration_name, cycle_id, applied_seq, applied_commit_lsn, restart_seq, committed_at, "
+        "state) VALUES (%s, 0, 0, 0, 0, now(), %s) "
+        "ON CONFLICT (configuration_name) DO UPDATE SET state = EXCLUDED.state"
+    ).format(sql.Identifier(CHECKPOINT_TABLE))
+
+
+def saved_state() -> sql.Composed:
+    return sql.SQL("SELECT state FROM {} WHERE configuration_name = %s").format(sql.Identifier(CHECKPOINT_TABLE))
 
 
 def upsert_checkpoint() -> sql.Composed:

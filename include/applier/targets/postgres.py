@@ -34,6 +34,7 @@ from typing import Any
 import psycopg
 import pyarrow as pa
 from psycopg import sql
+from psycopg.types.json import Jsonb
 
 from applier.engine.changes import TableChanges
 from applier.engine.compiled import release
@@ -184,6 +185,29 @@ class PostgresTarget:
                 return 0
             row = conn.execute(q.committed_cycle(), [self._name]).fetchone()
         return int(row[0]) if row else 0
+
+    def highest_cycle(self, tables: Iterable[str]) -> int:
+        """The cycle the checkpoint row holds: every table holds it or an earlier one."""
+        return self.committed_cycle()
+
+    def saved_checkpoint(self) -> dict[str, Any] | None:
+        """The copy of the Applier's checkpoint in the configuration's checkpoint row, if any."""
+        conn = self._connection(0)
+        with self._errors("read the checkpoint", None), conn.transaction():
+            exists = conn.execute("SELECT to_regclass(%s)", [q.CHECKPOINT_TABLE]).fetchone()
+            if exists is None or exists[0] is None:
+                return None
+            conn.execute(q.add_state_column())
+            row = conn.execute(q.saved_state(), [self._name]).fetchone()
+        return dict(row[0]) if row and isinstance(row[0], dict) else None
+
+    def save_checkpoint(self, state: Mapping[str, Any]) -> None:
+        """Keep ``state`` (the checkpoint just written) in the configuration's checkpoint row."""
+        conn = self._connection(0)
+        with self._errors("keep a copy of the checkpoint", None), conn.transaction():
+            conn.execute(q.create_checkpoint_table())
+            conn.execute(q.add_state_column())
+            conn.execute(q.save_state(), [self._name, Jsonb(dict(state))])
 
     def committed_cycles(self, tables: Iterable[str]) -> dict[str, int]:
         """The last cycle committed, for every table at once: one read of the checkpoint row."""
