@@ -12,13 +12,15 @@ from __future__ import annotations
 import datetime as dt
 import json
 import os
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from applier.errors import StateFileError
 from applier.intermediate.schema import TableDef, parse_table_def
 
+T = TypeVar("T")
 _COUNTERS = ("cycle_id", "applied_seq", "restart_seq")
 _POSITIONS = ("applied_commit_lsn", "last_lsn")
 _MAPPINGS = ("tables", "row_counts", "table_cycles")
@@ -147,17 +149,13 @@ class CheckpointStore:
         Raises:
             StateFileError: the file cannot be read as a checkpoint (naming it and what to do).
         """
-        if not self.checkpoint_path.exists():
-            return Checkpoint()
-        try:
-            return Checkpoint.from_json(json.loads(self.checkpoint_path.read_text(encoding="utf-8")))
-        except (OSError, UnicodeError, ValueError) as e:
-            raise StateFileError(
-                self.checkpoint_path,
-                _reason(e),
-                "restore it from a backup; do not delete it: the next run would start again from pair 1 "
-                "and skip what the target already holds",
-            ) from e
+        loaded = _read_state(
+            self.checkpoint_path,
+            Checkpoint.from_json,
+            "restore it from a backup, or move it aside: the next run then starts from the target's copy of "
+            "the checkpoint, and refuses if the target keeps none",
+        )
+        return loaded if loaded is not None else Checkpoint()
 
     def save(self, checkpoint: Checkpoint) -> Checkpoint:
         """Record ``checkpoint`` (stamped with the time unless it carries one) and clear the intent it fulfils."""
@@ -178,24 +176,33 @@ class CheckpointStore:
         return checkpoint
 
     def load_intent(self) -> Intent | None:
-        """The intent of a cycle begun but not checkpointed, if any."""
-        if not self.intent_path.exists():
-            return None
-        try:
-            return Intent.from_json(json.loads(self.intent_path.read_text(encoding="utf-8")))
-        except (OSError, UnicodeError, ValueError) as e:
-            raise StateFileError(
-                self.intent_path,
-                _reason(e),
-                "it names the pairs of the cycle after the checkpoint's, begun when a run stopped; restore it "
-                "from a backup, or delete it only if no target table holds a cycle after the checkpoint's "
-                "(applier status shows it): the next run then plans that cycle anew",
-            ) from e
+        """The intent of a cycle begun but not checkpointed, if any.
+
+        Raises:
+            StateFileError: the file cannot be read as an intent (naming it and what to do).
+        """
+        return _read_state(
+            self.intent_path,
+            Intent.from_json,
+            "it names the pairs of the cycle after the checkpoint's, begun when a run stopped; restore it "
+            "from a backup, or delete it only if no target table holds a cycle after the checkpoint's "
+            "(applier status shows it): the next run then plans that cycle anew",
+        )
 
     def save_intent(self, intent: Intent) -> None:
         """Record which pairs the next cycle takes, before the target is touched."""
         self.work_dir.mkdir(parents=True, exist_ok=True)
         write_atomically(self.intent_path, asdict(intent))
+
+
+def _read_state(path: Path, parse: Callable[[Any], T], remedy: str) -> T | None:
+    """The state file at ``path`` parsed (None when it is missing), or a StateFileError naming it and ``remedy``."""
+    if not path.exists():
+        return None
+    try:
+        return parse(json.loads(path.read_text(encoding="utf-8")))
+    except (OSError, UnicodeError, ValueError) as e:
+        raise StateFileError(path, _reason(e), remedy) from e
 
 
 def _reason(error: Exception) -> str:
