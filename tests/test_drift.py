@@ -135,3 +135,34 @@ def test_delta_drift_names_the_column_and_both_types(tmp_path: Path) -> None:
     assert message.startswith("table shop.orders: the Delta table was changed so that applying to it could lose data")
     assert "column total: expected total decimal(12,2), found total decimal(12,0)" in message, message
     assert target.read_arrow(ORDERS.name).num_rows == 1  # type: ignore[union-attr]
+
+
+WITH_REGION = table_def(
+    "shop.orders",
+    [("id", "bigint", False), ("note", "string", True), ("total", "decimal(12,2)", True), ("region", "string", True)],
+    ("id",),
+)
+MISSING = table_def("shop.nowhere", [("id", "bigint", False)], ("id",))
+
+
+@pytest.mark.postgres
+def test_postgresql_drift_is_found_at_the_start_of_a_run_but_columns_still_to_add_are_not_drift(pg_url: str) -> None:
+    target = PostgresTarget(pg_url, "demo")
+    target.apply_cycle(1, {ORDERS.name: keyed(ORDERS, [{"id": 1, "note": "a", "total": Decimal("1.25")}])}, {})
+    target.check_tables({ORDERS.name: ORDERS, MISSING.name: MISSING})
+    target.check_tables({WITH_REGION.name: WITH_REGION})  # region comes with the next change to the table
+    with psycopg.connect(pg_url) as conn:
+        conn.execute("ALTER TABLE shop.orders ALTER COLUMN total TYPE numeric(12,0)")
+    with pytest.raises(TargetError, match=r"table shop\.orders: .*column total: expected numeric\(12,2\), found"):
+        target.check_tables({ORDERS.name: ORDERS, MISSING.name: MISSING})
+
+
+def test_delta_drift_is_found_at_the_start_of_a_run_but_columns_still_to_add_are_not_drift(tmp_path: Path) -> None:
+    target = DeltaTarget(tmp_path, "demo")
+    target.apply(1, keyed(ORDERS, [{"id": 1, "note": "a", "total": Decimal("1.25")}]))
+    target.check_tables({ORDERS.name: ORDERS, MISSING.name: MISSING, WITH_REGION.name: WITH_REGION})
+    schema = pa.schema([("id", pa.int64(), False), ("note", pa.string()), ("total", pa.decimal128(12, 0))])
+    rounded = pa.table({"id": [1], "note": ["a"], "total": [Decimal("1")]}, schema=schema)
+    write_deltalake(str(target.table_path(ORDERS.name)), rounded, mode="overwrite", schema_mode="overwrite")
+    with pytest.raises(TargetError, match=r"column total: expected total decimal\(12,2\), found total decimal\(12,0\)"):
+        target.check_tables({ORDERS.name: ORDERS})

@@ -52,6 +52,9 @@ class CrashingTarget:
     def highest_cycle(self, tables: Any) -> int:
         return int(self.real.highest_cycle(tables))
 
+    def check_tables(self, tables: Any) -> None:
+        self.real.check_tables(tables)
+
     def saved_checkpoint(self) -> Any:
         return self.real.saved_checkpoint()
 

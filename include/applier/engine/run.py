@@ -160,6 +160,7 @@ class Applier:
         try:
             checkpoint = self._authoritative(self.store.load())
             self._refuse_restored_target(checkpoint)
+            self.target.check_tables(checkpoint.tables)
             if self.journal is not None:
                 self.journal.forget_after(checkpoint.cycle_id)
             validator = self._rebuild(checkpoint)

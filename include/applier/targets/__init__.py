@@ -76,6 +76,17 @@ class Target(Protocol):
         """
         ...
 
+    def check_tables(self, tables: Mapping[str, TableDef]) -> None:
+        """Refuse target tables changed so that applying to them could lose data (drift), at the start of a run.
+
+        ``tables``: the definitions the checkpoint holds. A table missing from
+        the target is no drift (it is created when next touched).
+
+        Raises:
+            TargetError: naming the table, the column, the expected and the found type.
+        """
+        ...
+
     def saved_checkpoint(self) -> dict[str, Any] | None:
         """The copy of the Applier's checkpoint the target keeps (:meth:`save_checkpoint`), or None."""
         ...

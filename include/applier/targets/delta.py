@@ -140,6 +140,18 @@ class DeltaTarget:
         ]
         return max(self.committed_cycles(names).values(), default=0)
 
+    def check_tables(self, tables: Mapping[str, TableDef]) -> None:
+        """Refuse a table whose columns do not start with its definition's (one log read per table).
+
+        Columns the definition adds at its end may be missing: they are added
+        when a cycle next touches the table.
+        """
+        for name in sorted(tables):
+            with _target_errors(name, "checking its columns"):
+                current = _open(self.table_path(name))
+                if current is not None:
+                    _added_fields(current, tables[name])
+
     def saved_checkpoint(self) -> dict[str, Any] | None:
         """The copy of the Applier's checkpoint kept under the root, in ``_applier/`` (no table can land there)."""
         path = self._checkpoint_copy

@@ -65,12 +65,19 @@ class FoundColumn:
         return shown + ("" if self.nullable else " not null")
 
 
-def drift(table: TableDef, found: Sequence[FoundColumn]) -> str | None:
-    """What makes the target table unsafe to apply ``table``'s changes to, or None."""
+def drift(table: TableDef, found: Sequence[FoundColumn], *, before_evolution: bool = False) -> str | None:
+    """What makes the target table unsafe to apply ``table``'s changes to, or None.
+
+    ``before_evolution``: a nullable column the table lacks is no drift (at the
+    start of a run, a definition may hold columns no applied change has
+    brought yet; they are added when a cycle next touches the table).
+    """
     by_name = {c.name: c for c in found}
     for column in table.columns:
         expected = pg_type(column.type)
         have = by_name.get(column.name)
+        if have is None and before_evolution and column.nullable:
+            continue
         if have is None:
             return f"column {column.name}: expected {expected}, found no such column"
         if not _holds(expected, column.type, have):

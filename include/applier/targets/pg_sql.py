@@ -247,6 +247,14 @@ def create_checkpoint_table() -> sql.Composed:
     ).format(sql.Identifier(CHECKPOINT_TABLE))
 
 
+ALL_COLUMNS_QUERY = (
+    "SELECT table_schema, table_name, column_name, data_type, character_maximum_length, numeric_precision, "
+    "numeric_scale, is_nullable = 'YES', column_default IS NOT NULL "
+    "FROM information_schema.columns WHERE table_schema = ANY(%s) ORDER BY table_schema, table_name, ordinal_position"
+)
+"""Every column of the tables in the given schemas (``pg_drift.FoundColumn`` after schema and table)."""
+
+
 def add_state_column() -> sql.Composed:
     """The checkpoint's copy (``state``), added to a checkpoint table made before it existed."""
     return sql.SQL("ALTER TABLE {} ADD COLUMN IF NOT EXISTS state jsonb").format(sql.Identifier(CHECKPOINT_TABLE))

@@ -190,6 +190,22 @@ class PostgresTarget:
         """The cycle the checkpoint row holds: every table holds it or an earlier one."""
         return self.committed_cycle()
 
+    def check_tables(self, tables: Mapping[str, TableDef]) -> None:
+        """Refuse a drifted table (:mod:`~applier.targets.pg_drift`), reading every table's columns in one query."""
+        if not tables:
+            return
+        conn = self._connection(0)
+        with self._errors("read the target tables' columns", None), conn.transaction():
+            found: dict[tuple[str, str], list[FoundColumn]] = {}
+            schemas = sorted({q.target_name(name, self._schema_map)[0] for name in tables})
+            for schema, name, *column in conn.execute(q.ALL_COLUMNS_QUERY, [schemas]):
+                found.setdefault((schema, name), []).append(FoundColumn(*column))
+        for table in sorted(tables.values(), key=lambda t: t.name):
+            columns = found.get(q.target_name(table.name, self._schema_map))
+            problem = drift(table, columns, before_evolution=True) if columns else None
+            if problem:
+                raise self._drift_error(table, problem)
+
     def saved_checkpoint(self) -> dict[str, Any] | None:
         """The copy of the Applier's checkpoint in the configuration's checkpoint row, if any."""
         conn = self._connection(0)
@@ -377,11 +393,14 @@ class PostgresTarget:
             found = self._found_columns(conn, table)
         problem = drift(table, found)
         if problem:
-            schema, name = q.target_name(table.name, self._schema_map)
-            raise TargetError(
-                f"table {table.name}: the target table {schema}.{name} was changed so that applying to it could "
-                f"lose data ({problem}); change it back, or drop it to have it created again"
-            )
+            raise self._drift_error(table, problem)
+
+    def _drift_error(self, table: TableDef, problem: str) -> TargetError:
+        schema, name = q.target_name(table.name, self._schema_map)
+        return TargetError(
+            f"table {table.name}: the target table {schema}.{name} was changed so that applying to it could "
+            f"lose data ({problem}); change it back, or drop it to have it created again"
+        )
 
     def _found_columns(self, conn: psycopg.Connection[Any], table: TableDef) -> list[FoundColumn]:
         return [FoundColumn(*row) for row in conn.execute(COLUMNS_QUERY, q.target_name(table.name, self._schema_map))]
