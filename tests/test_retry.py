@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import re
 import threading
 import time
 from pathlib import Path
@@ -95,11 +96,27 @@ def test_timeouts_and_retries_are_configured_with_documented_defaults(tmp_path: 
         load_config(None, [*base, "target.lock_timeout_s=-1"])
 
 
-def _hold_lock(url: str, table: str, seconds: float, ready: threading.Event) -> None:
+def _hold_lock(
+    url: str, table: str, seconds: float, ready: threading.Event, until: threading.Event | None = None
+) -> None:
+    """Hold an exclusive lock on ``table`` for ``seconds``, or until ``until`` is set (then a second longer)."""
     with psycopg.connect(url, application_name="a DBA's session") as conn:
         conn.execute(f"LOCK TABLE {table} IN ACCESS EXCLUSIVE MODE")
         ready.set()
-        time.sleep(seconds)
+        if until is None:
+            time.sleep(seconds)
+        elif until.wait(seconds):
+            time.sleep(1.0)
+
+
+class _SeesRetries(logging.Handler):
+    def __init__(self) -> None:
+        super().__init__(logging.WARNING)
+        self.seen = threading.Event()
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if "transient target error" in record.getMessage():
+            self.seen.set()
 
 
 @pytest.mark.postgres
@@ -158,15 +175,21 @@ def test_a_run_waits_out_a_lock_with_logged_retries_and_equals_the_reference(
             )
         ]
     assert tables
-    ready = threading.Event()
-    holder = threading.Thread(target=_hold_lock, args=(pg_url, ", ".join(tables), 2.5, ready))
+    ready, sees = threading.Event(), _SeesRetries()
+    # Held until the run has waited once (a retry logged), and a second more: at most 60 s.
+    holder = threading.Thread(target=_hold_lock, args=(pg_url, ", ".join(tables), 60.0, ready, sees.seen))
     holder.start()
     ready.wait(10)
-    with caplog.at_level(logging.WARNING, logger="applier"):
-        summary = run(config, spark)
-    holder.join()
+    logging.getLogger("applier").addHandler(sees)
+    try:
+        with caplog.at_level(logging.WARNING, logger="applier"):
+            summary = run(config, spark)
+    finally:
+        logging.getLogger("applier").removeHandler(sees)
+        sees.seen.set()
+        holder.join()
     waits = [r.getMessage() for r in caplog.records if "transient target error" in r.getMessage()]
     assert waits and "held by pid " in waits[0] and "a DBA's session" in waits[0], waits
-    assert waits[0].startswith("cycle 2: transient target error, retry 1 of 3 in 0.5 s: ")
+    assert re.match(r"cycle \d+: transient target error, retry 1 of 3 in 0\.5 s: .*: table \w+\.\w+: ", waits[0])
     assert summary.cycles_run >= 1
     assert_target_equals_reference(config, stream)

@@ -143,14 +143,15 @@ class DeltaTarget:
     def check_tables(self, tables: Mapping[str, TableDef]) -> None:
         """Refuse a table whose columns do not start with its definition's (one log read per table).
 
-        Columns the definition adds at its end may be missing: they are added
-        when a cycle next touches the table.
+        Columns the definition adds at its end may be missing (they are added
+        when a cycle next touches the table), and nullable columns past the
+        definition's may be there (a cycle under way added them).
         """
         for name in sorted(tables):
             with _target_errors(name, "checking its columns"):
                 current = _open(self.table_path(name))
                 if current is not None:
-                    _added_fields(current, tables[name])
+                    _added_fields(current, tables[name], extra_nullable=True)
 
     def saved_checkpoint(self) -> dict[str, Any] | None:
         """The copy of the Applier's checkpoint kept under the root, in ``_applier/`` (no table can land there)."""
@@ -319,15 +320,22 @@ def _prepared(path: Path, table_def: TableDef, current: DeltaTable | None) -> De
     return current
 
 
-def _added_fields(current: DeltaTable, table_def: TableDef) -> list[Field]:
-    """The definition's columns the table lacks; the others must match exactly."""
+def _added_fields(current: DeltaTable, table_def: TableDef, *, extra_nullable: bool = False) -> list[Field]:
+    """The definition's columns the table lacks; the others must match exactly.
+
+    ``extra_nullable``: nullable columns past the definition's are let pass (at
+    the start of a run, a cycle under way may have added columns the
+    checkpoint's definition has not yet).
+    """
     have = list(current.schema().fields)
     want = list(DeltaSchema.from_arrow(arrow_schema(table_def)).fields)
-    if want[: len(have)] != have:
+    extra = have[len(want) :]
+    common = min(len(have), len(want))
+    if want[:common] != have[:common] or (extra and not (extra_nullable and all(f.nullable for f in extra))):
         pairs = zip(want, have, strict=False)
         differ = next(
             (f"column {w.name}: expected {_describe([w])}, found {_describe([h])}" for w, h in pairs if w != h),
-            f"found columns the definition does not have: {_describe(have[len(want) :])}",
+            f"found columns the definition does not have: {_describe(extra)}",
         )
         raise TargetError(
             f"table {table_def.name}: the Delta table was changed so that applying to it could lose data "
