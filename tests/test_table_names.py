@@ -74,7 +74,7 @@ def test_postgres_refuses_two_source_tables_in_one_target_table() -> None:
 
 def test_delta_refuses_hidden_and_oversized_folder_names(tmp_path: Path) -> None:
     assert delta_misfit("public.orders", tmp_path) is None
-    for name in ("public._delta_log", "_delta_log.orders", "public._orders"):
+    for name in ("public._delta_log", "_delta_log.orders", "public._orders", "_applier.demo"):
         problem = delta_misfit(name, tmp_path)
         assert problem is not None and "starts with '_'" in problem, name
     assert delta_misfit("public." + "t" * 255, tmp_path) is None
