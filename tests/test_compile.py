@@ -11,7 +11,7 @@ from typing import Any
 import pyarrow as pa
 import pytest
 
-from applier.engine.compile import committed_rows, compile_table
+from applier.engine.compile import committed_rows, compile_cycle, compile_table
 from applier.engine.images_spark import parse_image, spark_type
 from applier.intermediate.schema import Column, TableDef
 
@@ -497,3 +497,30 @@ def test_parse_image_refuses_a_value_of_the_wrong_type(spark: Any) -> None:
 def test_spark_type_refuses_an_unknown_type() -> None:
     with pytest.raises(ValueError, match="unknown column type 'money'"):
         spark_type("money")
+
+
+# --------------------------------------------------------------------------- many tables
+
+
+def test_a_cycle_of_many_small_tables_writes_one_chunk_per_table_and_spreads_a_busy_one(spark: Any) -> None:
+    small = [TableDef(f"s.t{i:02d}", ACCOUNTS.columns, ("id",)) for i in range(30)]
+    busy = TableDef("s.busy", ACCOUNTS.columns, ("id",))
+    changes = [(i, f"x{t}", t.name, "I", None, _json(account(i, "o", "1.00")), 10_000) for t in small for i in range(5)]
+    changes += [(1000 + i, "xb", busy.name, "I", None, _json(account(i, "b", "2.00")), 10_000) for i in range(400)]
+    rows = spark.createDataFrame(changes, COMMITTED_DDL)
+    tables = {t.name: t for t in [*small, busy]}
+    weights = {t.name: 5.0 for t in small} | {busy.name: 400.0}
+
+    def chunk_files(**options: Any) -> tuple[int, dict[str, Any]]:
+        result = compile_cycle(rows, tables, {}, tables, partitions=8, **options)
+        try:
+            files = len(list(result.folder.glob("*.arrow")))
+            return files, {name: rows_of(result[name].upserts, "id") for name in result}
+        finally:
+            result.close()
+
+    alone, changes_alone = chunk_files()
+    spread, changes_spread = chunk_files(weights=weights)
+    assert alone == 31  # no weights: every table's identities meet in one partition
+    assert 31 < spread <= 30 + 16  # the busy table (83% of rows) is cut over up to 2 x 8 x 0.83 salts
+    assert changes_spread == changes_alone and len(changes_spread["s.busy"]) == 400

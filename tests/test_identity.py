@@ -20,6 +20,7 @@ from applier.engine.identity import (
     final_table,
     rules_of,
 )
+from applier.engine.netting import table_spreads
 from applier.engine.spill import read_spill
 from applier.intermediate.schema import Column, TableDef
 
@@ -160,3 +161,27 @@ def test_chunks_hold_one_table_each_in_at_most_the_chunk_size(monkeypatch: pytes
     first = pa.Table.from_batches(list(read_spill(chunks[0]["path"])))
     assert first.column("id").to_pylist() == [0, 1, 2] and first.nbytes == chunks[0]["bytes"]
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted(Path(c["path"]).name for c in chunks)
+
+
+def test_a_busy_tables_events_are_salted_by_key_the_same_way_everywhere() -> None:
+    batch = rows(*(("s.keyed", "I", None, {"id": i, "price": None, "note": None}, 10, i) for i in range(200)))
+    spread = event_batch(batch, TABLES, {}, {"s.keyed": 4}).to_pylist()
+    salts = {e["key"]: e["salt"] for e in spread}
+    assert set(salts.values()) == {0, 1, 2, 3}  # 200 keys fill every one of 4 salts
+    again = event_batch(batch, TABLES, {}, {"s.keyed": 4}).to_pylist()
+    assert {e["key"]: e["salt"] for e in again} == salts  # a key's salt does not depend on the process
+    # Salts are a function of the key: a key's insert, update and delete share one.
+    moves = rows(
+        ("s.keyed", "U", {"id": 7}, {"id": 7, "price": "1.00", "note": None}, 11, 300),
+        ("s.keyed", "D", {"id": 7}, None, 12, 301),
+    )
+    assert {e["salt"] for e in event_batch(moves, TABLES, {}, {"s.keyed": 4}).to_pylist()} == {salts[b"[7]"]}
+    assert {e["salt"] for e in event_batch(batch, TABLES, {}).to_pylist()} == {0}  # not spread: all in one
+
+
+def test_only_tables_with_a_large_share_of_the_rows_are_spread() -> None:
+    weights = {"big": 900.0, "mid": 80.0, **{f"t{i}": 1.0 for i in range(20)}}
+    spreads = table_spreads(weights, 8)
+    assert spreads == {"big": 15, "mid": 2}  # ceil(2 * 8 * share); the twenty small tables meet in one partition each
+    assert table_spreads({"only": 5.0}, 8) == {"only": 16}  # at most twice the partitions
+    assert table_spreads(weights, 1) == {} and table_spreads({}, 8) == {}

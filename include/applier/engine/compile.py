@@ -17,7 +17,7 @@ from pyspark.sql import functions as F
 
 from applier.engine.changes import TableChanges
 from applier.engine.compiled import CompiledCycle
-from applier.engine.netting import net_changes
+from applier.engine.netting import net_changes, table_spreads
 from applier.engine.queue import MemoryQueue
 from applier.intermediate.schema import TableDef
 
@@ -64,6 +64,7 @@ def compile_cycle(
     into: CompiledCycle | None = None,
     *,
     partitions: int | None = None,
+    weights: Mapping[str, float] | None = None,
 ) -> CompiledCycle:
     """Compile a cycle's committed rows into each table's net changes, in one Spark job.
 
@@ -74,6 +75,8 @@ def compile_cycle(
         touched: the tables the committed rows change (from the driver's reading).
         into: where the chunks go (None: an unbounded holder in a temporary folder, for tests).
         partitions: shuffle partitions of the job (None: the session's setting).
+        weights: rows per table, to spread busy tables over the partitions
+            (None: every table in one partition, for small cycles and tests).
 
     Returns:
         The compiled cycle: every touched table (empty changes when its rows net
@@ -90,7 +93,8 @@ def compile_cycle(
         spill = Path(tempfile.mkdtemp(prefix="applier-compile-"))
         into = CompiledCycle({n: tables[n] for n in names}, frozenset(truncates), MemoryQueue(2**62), spill, "compile")
     if names:
-        job = net_changes(rows, {n: tables[n] for n in names}, truncates, str(into.folder), partitions)
+        spreads = table_spreads(weights, partitions or 1) if weights else {}
+        job = net_changes(rows, {n: tables[n] for n in names}, truncates, str(into.folder), partitions, spreads)
         for chunk in job.collect():
             into.add_file(chunk["table"], Path(chunk["path"]), chunk["bytes"], chunk.asDict())
     return into

@@ -28,7 +28,9 @@ import datetime as dt
 import decimal
 import functools
 import math
+import operator
 import uuid
+import zlib
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -56,6 +58,7 @@ EVENT_SCHEMA = pa.schema(
         ("existed", pa.bool_()),
         ("n", pa.int32()),
         ("image", pa.string()),
+        ("salt", pa.int32()),
     ]
 )
 CHUNK_SCHEMA = pa.schema(
@@ -179,12 +182,19 @@ class TableRules:
             values.append(value if canonical is None or value is None else canonical(value))
         return _encode(values)
 
+    @functools.cached_property
+    def _values(self) -> Callable[[Any], tuple[Any, ...]]:
+        fields = [f"c{i}" for i in range(len(self.table.columns))]
+        if len(fields) == 1:
+            return lambda row: (getattr(row, fields[0]),)
+        return operator.attrgetter(*fields)
+
     def parse(self, images: Sequence[str]) -> list[pa.Array]:
         """The typed columns of ``images`` (a column missing from an image is null)."""
-        decoded = [self._full.decode(image) for image in images]
-        return [
-            _to_arrow(column, [getattr(row, f"c{i}") for row in decoded]) for i, column in enumerate(self.table.columns)
-        ]
+        decode = self._full.decode
+        rows = [self._values(decode(image)) for image in images]
+        by_column = zip(*rows, strict=True) if rows else ([] for _ in self.table.columns)
+        return [_to_arrow(column, list(values)) for column, values in zip(self.table.columns, by_column, strict=True)]
 
 
 @functools.lru_cache(maxsize=4096)
@@ -216,35 +226,50 @@ def _events_of_row(
 
 
 def event_batch(
-    batch: pa.RecordBatch, tables: Mapping[str, TableDef], truncates: Mapping[str, tuple[int, int]]
+    batch: pa.RecordBatch,
+    tables: Mapping[str, TableDef],
+    truncates: Mapping[str, tuple[int, int]],
+    spreads: Mapping[str, int] | None = None,
 ) -> pa.RecordBatch:
     """The events of a batch of committed rows (``.dat`` columns plus ``commit_lsn``).
 
     ``T`` rows, and rows at or before their table's last truncate, give none:
-    the target empties the table first.
+    the target empties the table first. An event's ``salt`` spreads a busy
+    table's identities over ``spreads[table]`` shuffle partitions (a hash of
+    the key, the same in every process); it is 0 for every other table, whose
+    identities all meet in one partition and become one chunk.
     """
-    out: dict[str, list[Any]] = {name: [] for name in EVENT_SCHEMA.names}
+    spreads = spreads or {}
+    events: list[tuple[Any, ...]] = []
     columns = [batch.column(c).to_pylist() for c in ("table", "op", "before", "after", "commit_lsn", "lsn")]
+    # By name: hashing a TableDef (for rules_of's cache) costs as much as its columns.
+    rules = {name: rules_of(tables[name]) for name in set(columns[0])}
     for table, op, before, after, commit_lsn, lsn in zip(*columns, strict=True):
         if op == "T":
             continue
         cut = truncates.get(table)
         if cut is not None and (commit_lsn, lsn) <= cut:
             continue
-        for key, present, existed, n, image in _events_of_row(rules_of(tables[table]), op, before, after):
-            for name, value in zip(
-                EVENT_SCHEMA.names, (table, key, commit_lsn, lsn, present, existed, n, image), strict=True
-            ):
-                out[name].append(value)
-    return pa.RecordBatch.from_pydict(out, schema=EVENT_SCHEMA)
+        spread = spreads.get(table, 1)
+        for key, present, existed, n, image in _events_of_row(rules[table], op, before, after):
+            salt = zlib.crc32(key) % spread if spread > 1 else 0
+            events.append((table, key, commit_lsn, lsn, present, existed, n, image, salt))
+    by_field: Iterable[Sequence[Any]] = zip(*events, strict=True) if events else ([] for _ in EVENT_SCHEMA)
+    return pa.RecordBatch.from_arrays(
+        [pa.array(list(values), field.type) for values, field in zip(by_field, EVENT_SCHEMA, strict=True)],
+        schema=EVENT_SCHEMA,
+    )
 
 
 def event_batches(
-    tables: Mapping[str, TableDef], truncates: Mapping[str, tuple[int, int]], batches: Iterable[pa.RecordBatch]
+    tables: Mapping[str, TableDef],
+    truncates: Mapping[str, tuple[int, int]],
+    spreads: Mapping[str, int],
+    batches: Iterable[pa.RecordBatch],
 ) -> Iterator[pa.RecordBatch]:
     """:func:`event_batch` over a partition (the ``mapInArrow`` function, with its settings bound)."""
     for batch in batches:
-        yield event_batch(batch, tables, truncates)
+        yield event_batch(batch, tables, truncates, spreads)
 
 
 def final_table(rules: TableRules, truncated: bool, rows: pa.Table) -> pa.Table:

@@ -15,7 +15,13 @@ The job reads the committed rows once and shuffles once, for all tables:
    every event also counts +1 (a copy added) or -1 (removed).
 2. Per table and identity (one shuffle), the first event says whether the
    identity existed before the cycle, the last one decides its final state,
-   and the counts add up.
+   and the counts add up. The shuffle partitions on the table and a *salt*:
+   a table with a small share of the cycle's rows has salt 0, so all its
+   identities meet in one partition; a busy table's identities are spread
+   by a hash of their key over partitions in proportion to its share
+   (:func:`table_spreads`). A cycle over 1,000 tables thus writes about one
+   chunk per table, not one per table and partition (eight times as many
+   small files, which took most of the compile).
 3. Sorted by table within each partition, the identities become typed chunks
    of net changes (:func:`applier.engine.identity.chunk_batches`), one table per
    chunk, written by the executors as files in the cycle's compile folder; the
@@ -52,12 +58,31 @@ def _ddl(schema: pa.Schema) -> str:
     return ", ".join(f"`{f.name}` {kinds[f.type]}" for f in schema)
 
 
+def table_spreads(weights: Mapping[str, float], partitions: int) -> dict[str, int]:
+    """Over how many shuffle partitions each busy table's identities are spread.
+
+    A table gets twice its share of the partitions, rounded up, when that is
+    more than one (twice: hashing few ``(table, salt)`` values into the
+    partitions balances better the more there are); tables left out get one.
+
+    Args:
+        weights: rows (or any measure of work) per table in the cycle.
+        partitions: the compile's shuffle partitions.
+    """
+    total = sum(weights.values())
+    if total <= 0 or partitions <= 1:
+        return {}
+    spreads = {table: math.ceil(2 * partitions * weight / total) for table, weight in weights.items()}
+    return {table: min(spread, 2 * partitions) for table, spread in spreads.items() if spread > 1}
+
+
 def net_changes(
     rows: DataFrame,
     tables: Mapping[str, TableDef],
     truncates: Mapping[str, tuple[int, int]],
     folder: str,
     partitions: int | None = None,
+    spreads: Mapping[str, int] | None = None,
 ) -> DataFrame:
     """The compile job: committed rows in, typed chunks of each table's net changes out.
 
@@ -70,6 +95,8 @@ def net_changes(
         folder: where the executors write the chunk files (a folder every
             executor and the driver reach: the Applier's work folder).
         partitions: shuffle partitions of the job (None: the session's setting).
+        spreads: over how many partitions a busy table's identities are spread
+            (:func:`table_spreads`; a table not named: one).
 
     Returns:
         One row per chunk file: ``table``, ``path``, ``rows``, ``bytes`` and its
@@ -78,12 +105,16 @@ def net_changes(
     """
     definitions = dict(tables)
     events = rows.select("table", "op", "before", "after", "commit_lsn", "lsn").mapInArrow(
-        functools.partial(event_batches, definitions, dict(truncates)), _ddl(EVENT_SCHEMA)
+        functools.partial(event_batches, definitions, dict(truncates), dict(spreads or {})), _ddl(EVENT_SCHEMA)
     )
-    if partitions is not None:
-        events = events.repartition(partitions, "table", "key")
+    # The salt is a function of the key: grouping on it too changes no group,
+    # and lets the partitioning on (table, salt) serve the grouping unshuffled.
+    if partitions is None:
+        events = events.repartition("table", "salt")
+    else:
+        events = events.repartition(partitions, "table", "salt")
     pos = F.struct("commit_lsn", "lsn")
-    per_identity = events.groupBy("table", "key").agg(
+    per_identity = events.groupBy("table", "salt", "key").agg(
         F.min_by("existed", pos).alias("existed"),
         F.max_by(F.struct("present", "image"), pos).alias("last"),
         F.sum("n").alias("n"),

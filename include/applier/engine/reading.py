@@ -9,6 +9,7 @@ Spark reads the ``.dat`` files itself for the committed ones.
 from __future__ import annotations
 
 import logging
+from collections import Counter
 from collections.abc import Iterator
 from concurrent.futures import Future
 from dataclasses import dataclass, field
@@ -44,6 +45,7 @@ class CycleInput:
         begun_at: xid -> source time (``ts``) of the begins in these pairs.
         tables_of: xid -> the tables its rows in these pairs change.
         truncates: ``(xid, (table, lsn))`` of every ``T`` row in these pairs.
+        table_rows: rows per table in these pairs (of any transaction).
         read_seconds: how long reading and checking the pairs took.
     """
 
@@ -56,6 +58,7 @@ class CycleInput:
     begun_at: dict[str, str] = field(default_factory=dict)
     tables_of: dict[str, set[str]] = field(default_factory=dict)
     truncates: list[tuple[str, Truncate]] = field(default_factory=list)
+    table_rows: Counter[str] = field(default_factory=Counter)
     read_seconds: float = 0.0
 
     @property
@@ -70,6 +73,9 @@ def _note_pair(into: CycleInput, pair: Pair) -> None:
     for xid, table in table_touches(pair.data):
         into.tables_of.setdefault(xid, set()).add(table)
     into.truncates.extend(truncate_rows(pair.data))
+    counts = pc.value_counts(pair.data["table"])
+    names, numbers = counts.field("values").to_pylist(), counts.field("counts").to_pylist()
+    into.table_rows.update(dict(zip(names, numbers, strict=True)))
     for event in pair.events:
         if event.record == "commit":
             into.commits[event.xid] = event.lsn

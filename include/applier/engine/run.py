@@ -289,16 +289,18 @@ class Applier:
         applied_commit_lsn = max(cycle.commits.values(), default=checkpoint.applied_commit_lsn)
         restart_seq = validator.restart_seq(applied_seq)
         position = dict(applied_seq=applied_seq, applied_commit_lsn=applied_commit_lsn or 0, restart_seq=restart_seq)
+        known: dict[str, int] = {}
         changed = apply_committed(
             *(self.spark, self.target, cycle_id, cycle, taken, validator.state.tables, report, position),
-            *(self.holder, memory_file, RetryPolicy.of(self.config.apply)),
+            *(self.holder, memory_file, RetryPolicy.of(self.config.apply), known),
         )
         counts = dict(checkpoint.row_counts)
         for table, (truncated, delta) in changed.items():
             counts[table] = (0 if truncated else counts.get(table, 0)) + delta
         with report.phase("checkpoint"):
-            # What each table holds now, as the target reads it (an empty change commits nothing).
-            held = self.target.committed_cycles(sorted(changed))
+            # What each table holds now, as the target told or reads it (an empty change commits nothing).
+            held = {**self.target.committed_cycles(sorted(set(changed) - set(known))), **known}
+            held = {table: held[table] for table in changed}
             checkpoint = self._commit(
                 checkpoint,
                 replace(

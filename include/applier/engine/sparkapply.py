@@ -29,14 +29,10 @@ from applier.targets import Target
 CompiledFactory = Callable[[Mapping[str, TableDef], frozenset[str]], CompiledCycle]
 """Makes the holder of a cycle's compiled tables: ``(definitions, truncated tables) -> CompiledCycle``."""
 
-
-
 DAT_DDL = "lsn long, xid string, `table` string, op string, before string, after string"
 
 
-def _committed_input(
-    spark: Any, cycle: CycleInput, taken: Mapping[str, BufferedTxn], memory_file: Path | None
-) -> Any:
+def _committed_input(spark: Any, cycle: CycleInput, taken: Mapping[str, BufferedTxn], memory_file: Path | None) -> Any:
     """All rows that may belong to a committed transaction, as one DataFrame (None if none).
 
     Spark reads the cycle's ``.dat`` files, the committed transactions' spill
@@ -82,6 +78,7 @@ def apply_committed(
     holder: CompiledFactory,
     memory_file: Path | None = None,
     retry: RetryPolicy = NO_RETRY,
+    held: dict[str, int] | None = None,
 ) -> dict[str, tuple[bool, int]]:
     """Compile and apply the cycle's committed transactions.
 
@@ -100,11 +97,14 @@ def apply_committed(
             removed once the cycle is applied.
         retry: how a transient target error is retried (the compiled cycle is
             kept until the last attempt).
+        held: filled with the cycle each table holds afterwards, where the
+            target told it (:attr:`~applier.targets.CycleLoad.held`).
 
     Returns:
         For each table changed: whether it was truncated, and the change in its
         row count (net inserts minus net deletes after any truncate).
     """
+    held = {} if held is None else held
     if not cycle.commits:
         return {}
     with report.phase("spark"):
@@ -122,7 +122,15 @@ def apply_committed(
         input_bytes = cycle.bytes + sum(t.bytes for t in taken.values())
         partitions = compile_partitions(input_bytes, int(spark.conf.get("spark.sql.shuffle.partitions")))
         try:
-            compile_cycle(committed_rows(rows, commits), tables, truncates, touched, compiled, partitions=partitions)
+            compile_cycle(
+                committed_rows(rows, commits),
+                tables,
+                truncates,
+                touched,
+                compiled,
+                partitions=partitions,
+                weights=_table_weights(cycle, taken),
+            )
         except BaseException:
             compiled.close()
             raise
@@ -139,9 +147,19 @@ def apply_committed(
     report.skipped_tables.extend(load.skipped_tables)
     report.table_seconds.update(load.table_seconds)
     report.load_batches = load.batches
+    held.update(load.held)
     report.spill_created.extend(load.spill_created)
     report.spill_removed.extend(load.spill_removed)
     return {name: _record(report, name, compiled) for name in sorted(compiled)}
+
+
+def _table_weights(cycle: CycleInput, taken: Mapping[str, BufferedTxn]) -> dict[str, float]:
+    """Rows per table of the cycle's input: its pairs' rows, and taken transactions' rows shared among their tables."""
+    weights: dict[str, float] = dict(cycle.table_rows)
+    for txn in taken.values():
+        for table in txn.tables:
+            weights[table] = weights.get(table, 0) + txn.rows / len(txn.tables)
+    return weights
 
 
 def _record(report: CycleReport, name: str, compiled: CompiledCycle) -> tuple[bool, int]:

@@ -34,6 +34,9 @@ class CycleLoad:
         spill_removed: the same files, removed once the cycle committed.
         table_seconds: per table, seconds per step.
         seconds: seconds per step of the whole cycle.
+        held: per table, the cycle its state holds after the apply, where the
+            target knows it without reading again (the engine asks
+            ``committed_cycles`` for the others).
     """
 
     skipped_tables: list[str] = field(default_factory=list)
@@ -42,6 +45,7 @@ class CycleLoad:
     spill_removed: list[dict[str, Any]] = field(default_factory=list)
     table_seconds: dict[str, dict[str, float]] = field(default_factory=dict)
     seconds: dict[str, float] = field(default_factory=dict)
+    held: dict[str, int] = field(default_factory=dict)
 
 
 class Target(Protocol):

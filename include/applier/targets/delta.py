@@ -209,6 +209,10 @@ class DeltaTarget:
         return state.transaction_version(self.app_id) or 0
 
     def apply(self, cycle_id: int, changes: TableChanges) -> bool:
+        """:meth:`apply_one`, answering only whether the changes were applied (False: skipped)."""
+        return self.apply_one(cycle_id, changes)[0]
+
+    def apply_one(self, cycle_id: int, changes: TableChanges) -> tuple[bool, int]:
         """Apply one table's net changes of a cycle in one commit tagged with the cycle.
 
         A table seen first is created by that commit (or empty, when the
@@ -222,7 +226,10 @@ class DeltaTarget:
                 the table has a primary key.
 
         Returns:
-            False when the table already held the cycle (skipped), True otherwise.
+            Whether the changes were applied (False: the table already held
+            the cycle), and the cycle the table holds afterwards, as
+            :meth:`committed_cycle` would read it: ``cycle_id`` after a
+            commit, the cycle it held before when nothing was written.
 
         Raises:
             TargetError: delta-rs failed (naming the table), the table's columns
@@ -240,11 +247,11 @@ class DeltaTarget:
             done = 0 if current is None else self._held_cycle(name, path, current)
             if done >= cycle_id:
                 log.info("table %s: cycle %d already committed (cycle %d on record); skipped", name, cycle_id, done)
-                return False
+                return False, done
             empty = _is_empty(changes)
             table = _prepared(path, changes.table, current) if current is not None or empty else None
             if empty:
-                return True
+                return True, done
             tags = commit_tags(self.app_id, cycle_id)
             props = CommitProperties(app_transactions=[Transaction(self.app_id, cycle_id)], custom_metadata=tags)
             if changes.counted is None:
@@ -252,7 +259,7 @@ class DeltaTarget:
             else:
                 _apply_counted(table, path, changes, props)
             log.debug("table %s: cycle %d committed, net %s", name, cycle_id, changes.stats)
-            return True
+            return True, cycle_id
 
     def read_arrow(self, table: str) -> pa.Table | None:
         """The table's current contents.

@@ -13,9 +13,13 @@ from applier.targets import CycleLoad
 
 
 class PerTableTarget(Protocol):
-    """Applies one table's changes in one commit; False when the table already held the cycle."""
+    """Applies one table's changes in one commit.
 
-    def apply(self, cycle_id: int, changes: TableChanges) -> bool: ...
+    ``apply_one`` returns whether it applied them (False: the table already
+    held the cycle) and the cycle the table's state holds afterwards.
+    """
+
+    def apply_one(self, cycle_id: int, changes: TableChanges) -> tuple[bool, int]: ...
 
 
 def apply_tables(target: PerTableTarget, threads: int, cycle_id: int, changes: Mapping[str, TableChanges]) -> CycleLoad:
@@ -28,17 +32,18 @@ def apply_tables(target: PerTableTarget, threads: int, cycle_id: int, changes: M
     """
     load = CycleLoad()
 
-    def one(name: str) -> tuple[str, bool, float]:
+    def one(name: str) -> tuple[str, bool, int, float]:
         started = time.perf_counter()
         try:
-            skipped = not target.apply(cycle_id, changes[name])
+            applied, held = target.apply_one(cycle_id, changes[name])
         finally:
             release(changes, name)
-        return name, skipped, time.perf_counter() - started
+        return name, applied, held, time.perf_counter() - started
 
     with ThreadPoolExecutor(max_workers=max(1, threads)) as pool:
-        for name, skipped, seconds in pool.map(one, sorted(changes)):
-            if skipped:
+        for name, applied, held, seconds in pool.map(one, sorted(changes)):
+            if not applied:
                 load.skipped_tables.append(name)
+            load.held[name] = held
             load.table_seconds[name] = {"apply": round(seconds, 3)}
     return load
