@@ -10,6 +10,7 @@ checking parsed JSON in Python, which matters at millions of rows.
 
 from __future__ import annotations
 
+import functools
 import re
 from dataclasses import dataclass
 from typing import Any
@@ -59,7 +60,9 @@ class _TableRules:
     before: msgspec.json.Decoder[Any]
 
     @staticmethod
+    @functools.lru_cache(maxsize=4096)
     def of(table: TableDef) -> _TableRules:
+        """The rules of a definition, built once per process (building costs more than checking a small pair)."""
         every = set(table.column_names)
         return _TableRules(after=_decoder(table, every), before=_decoder(table, set(table.primary_key) or every))
 
@@ -106,8 +109,8 @@ def check_images(data: pa.Table, tables: dict[str, TableDef]) -> None:
     Raises:
         ImageProblem: naming the row (lsn, xid, table) and what is wrong.
     """
-    rules = {name: _TableRules.of(table) for name, table in tables.items()}
     names, ops, befores, afters = (data[c].to_pylist() for c in ("table", "op", "before", "after"))
+    rules = {name: _TableRules.of(tables[name]) for name in set(names)}  # the tables with rows, not all described
     for i, (name, op, before, after) in enumerate(zip(names, ops, befores, afters, strict=True)):
         try:
             _check_row(op, before, after, rules[name])
