@@ -24,6 +24,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import time
 from collections.abc import Mapping
 from pathlib import Path
 
@@ -65,15 +66,24 @@ def airflow_env(home: Path, **extra: str) -> dict[str, str]:
 
 
 def airflow_command(args: list[str], env: Mapping[str, str], timeout: float = 600) -> subprocess.CompletedProcess[str]:
-    """Run ``airflow ARGS`` with ``env`` over this process's environment; fails the test on a non-zero exit."""
-    done = subprocess.run(
-        [str(AIRFLOW_BIN), *args],
-        env={**os.environ, **env},
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        check=False,
-    )
+    """Run ``airflow ARGS`` with ``env`` over this process's environment; fails the test on a non-zero exit.
+
+    A command that found SQLite locked (Airflow on SQLite, with a scheduler,
+    an API server and a DAG processor writing to it, on a busy machine) did
+    nothing and is run again, up to three times.
+    """
+    for attempt in range(3):
+        done = subprocess.run(
+            [str(AIRFLOW_BIN), *args],
+            env={**os.environ, **env},
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            check=False,
+        )
+        if done.returncode == 0 or "sqlite3.OperationalError: database is locked" not in done.stderr:
+            break
+        time.sleep(2 * (attempt + 1))
     assert done.returncode == 0, f"airflow {' '.join(args)} exited {done.returncode}:\n{done.stdout}\n{done.stderr}"
     return done
 

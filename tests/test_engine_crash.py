@@ -61,13 +61,14 @@ class CrashingTarget:
     def save_checkpoint(self, state: Any) -> None:
         self.real.save_checkpoint(state)
 
-    def apply(self, cycle_id: int, changes: TableChanges) -> bool:
-        if not self.real.apply(cycle_id, changes):
-            return False
+    def apply_one(self, cycle_id: int, changes: TableChanges) -> tuple[bool, int]:
+        applied, held = self.real.apply_one(cycle_id, changes)
+        if not applied:
+            return applied, held
         self.applied += 1
         if self.applied == self.after:
             raise Crash
-        return True
+        return applied, held
 
     def apply_cycle(self, cycle_id: int, changes: Mapping[str, TableChanges], position: Mapping[str, int]) -> Any:
         return apply_tables(self, 1, cycle_id, changes)

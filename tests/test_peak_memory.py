@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import os
+import subprocess
 import sys
 from pathlib import Path
 
-from applier.engine.report import peak_rss_mib
+from applier.engine.report import peak_rss_mib, reset_peak_rss
 
 CHILD = (
     "import resource; from applier.engine.report import peak_rss_mib; "
@@ -37,3 +38,21 @@ def test_the_peak_is_read_from_vm_hwm_and_falls_back_without_proc(tmp_path: Path
     status.write_text("Name:\tpython\nVmPeak:\t  999999 kB\nVmHWM:\t  524288 kB\nVmRSS:\t  1024 kB\n")
     assert peak_rss_mib(status) == 512.0
     assert peak_rss_mib(tmp_path / "missing") > 0  # getrusage's figure where /proc is not there
+
+
+CYCLES = (
+    "from applier.engine.report import peak_rss_mib, reset_peak_rss\n"
+    "ballast = bytearray(300 * 1024 * 1024)\n"
+    "for i in range(0, len(ballast), 4096): ballast[i] = 1\n"
+    "del ballast\n"  # a first cycle's spike, freed (a block this large goes back to the system at once)
+    "spiked = peak_rss_mib(); reset_peak_rss(); after = peak_rss_mib()\n"
+    "print(spiked, after)\n"
+)
+
+
+def test_each_cycle_reports_its_own_peak_after_the_mark_is_restarted(tmp_path: Path) -> None:
+    out = subprocess.run([sys.executable, "-c", CYCLES], capture_output=True, text=True, check=True).stdout
+    spiked, after = (float(v) for v in out.split())
+    assert spiked >= 300, "the spike is the first cycle's peak"
+    assert after < spiked - 250, f"the next cycle's peak starts from what is resident now, not the spike: {after}"
+    reset_peak_rss(tmp_path / "no-such-dir" / "clear_refs")  # where /proc is not there: nothing, no error

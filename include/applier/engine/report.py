@@ -85,9 +85,27 @@ def peak_rss_mib(status: Path = Path("/proc/self/status")) -> float:
     return round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)
 
 
+def reset_peak_rss(clear_refs: Path = Path("/proc/self/clear_refs")) -> None:
+    """Start a new high-water mark of the driver's memory (Linux: ``5`` to ``clear_refs``; elsewhere nothing).
+
+    Each cycle then reports its own peak: a mark kept for the whole run could
+    only grow, and one spike would hide whether later cycles need more.
+    """
+    try:
+        with open(clear_refs, "w", encoding="ascii") as fh:
+            fh.write("5")
+    except OSError:
+        pass
+
+
 def append_report(path: Path, report: CycleReport) -> None:
-    """Append the cycle's JSON line (with the driver's peak memory so far) and log its readable line."""
+    """Append the cycle's JSON line (with the driver's peak memory in the cycle) and log its readable line.
+
+    The peak covers the cycle (the first cycle's, the run's start too), and a
+    new one starts after it.
+    """
     report.driver_peak_rss_mib = peak_rss_mib()
+    reset_peak_rss()
     path.parent.mkdir(parents=True, exist_ok=True)
     with open(path, "a", encoding="utf-8") as fh:
         fh.write(json.dumps(asdict(report), sort_keys=True) + "\n")

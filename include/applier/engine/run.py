@@ -23,7 +23,7 @@ from __future__ import annotations
 import functools
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -158,8 +158,11 @@ class Applier:
         """
         summary = RunSummary(leftover_spills_removed=self.buffers.clear_leftovers())
         try:
-            checkpoint = self._authoritative(self.store.load())
-            self._refuse_restored_target(checkpoint)
+            local = self.store.load()
+            # What every table holds, read once (each Delta table keeps its own log).
+            held = self.target.committed_cycles(sorted(local.table_cycles))
+            checkpoint = self._authoritative(local, held)
+            self._refuse_restored_target(checkpoint, held)
             self.target.check_tables(checkpoint.tables)
             if self.journal is not None:
                 self.journal.forget_after(checkpoint.cycle_id)
@@ -185,8 +188,11 @@ class Applier:
         summary.run_key = self.journal.record.run_key if self.journal is not None else None
         return summary
 
-    def _authoritative(self, local: Checkpoint) -> Checkpoint:
+    def _authoritative(self, local: Checkpoint, held: dict[str, int]) -> Checkpoint:
         """The checkpoint to start from: the target's copy when the local file is missing or older.
+
+        ``held``: the cycle each table of ``local`` holds (``committed_cycles``);
+        the tables of an adopted copy are added to it.
 
         Raises:
             TargetError: the target holds a cycle past both (and past an intent
@@ -210,18 +216,18 @@ class Applier:
                 local = self.store.replace(kept)
         intent = self.store.load_intent()
         under_way = intent is not None and intent.cycle_id == local.cycle_id + 1
-        held = self.target.highest_cycle(sorted(local.table_cycles))
-        if held > local.cycle_id + under_way:
+        held.update(self.target.committed_cycles(sorted(set(local.table_cycles) - set(held))))
+        highest = max(held.values()) if local.table_cycles else self.target.highest_cycle([])
+        if highest > local.cycle_id + under_way:
             raise TargetError(
-                f"the target holds cycle {held}, but {self.store.checkpoint_path} holds cycle {local.cycle_id} and "
+                f"the target holds cycle {highest}, but {self.store.checkpoint_path} holds cycle {local.cycle_id} and "
                 "the target keeps no newer copy: the checkpoint was lost or went back, and applying from it would "
                 "skip pairs; restore checkpoint.json from a backup (see README 'Recovery')"
             )
         return local
 
-    def _refuse_restored_target(self, checkpoint: Checkpoint) -> None:
+    def _refuse_restored_target(self, checkpoint: Checkpoint, held: Mapping[str, int]) -> None:
         """Refuse to apply on top of tables holding less than the checkpoint recorded: they were restored."""
-        held = self.target.committed_cycles(sorted(checkpoint.table_cycles))
         behind = {
             table: (held[table], recorded)
             for table, recorded in sorted(checkpoint.table_cycles.items())
