@@ -41,7 +41,7 @@ from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
-from deltalake import CommitProperties, DeltaTable, Field, Transaction, write_deltalake
+from deltalake import CommitProperties, DeltaTable, Field, Transaction
 from deltalake import Schema as DeltaSchema
 from deltalake.exceptions import DeltaError
 
@@ -49,17 +49,14 @@ from applier.engine.changes import (
     COUNT_COLUMN,
     TableChanges,
     arrow_schema,
-    expand_copies,
-    repeated_keys,
-    typed,
 )
 from applier.engine.checkpoint import write_atomically
 from applier.errors import TargetError
 from applier.intermediate.schema import SchemaError, TableDef, check_table_name
 from applier.targets import CycleLoad
-from applier.targets.delta_files import rewrite_copies
 from applier.targets.delta_log import commit_tags, cycle_on_path, tagged_cycle
 from applier.targets.delta_names import OWN_FOLDER, delta_misfit
+from applier.targets.delta_write import apply_counted, apply_keyed
 from applier.targets.per_table import apply_tables
 
 log = logging.getLogger(__name__)
@@ -255,9 +252,9 @@ class DeltaTarget:
             tags = commit_tags(self.app_id, cycle_id)
             props = CommitProperties(app_transactions=[Transaction(self.app_id, cycle_id)], custom_metadata=tags)
             if changes.counted is None:
-                _apply_keyed(table, path, changes, props)
+                apply_keyed(table, path, changes, props)
             else:
-                _apply_counted(table, path, changes, props)
+                apply_counted(table, path, changes, props)
             log.debug("table %s: cycle %d committed, net %s", name, cycle_id, changes.stats)
             return True, cycle_id
 
@@ -378,119 +375,3 @@ def _is_empty(changes: TableChanges) -> bool:
     if changes.counted is not None:
         return not bool(pc.any(pc.not_equal(changes.counted.column(COUNT_COLUMN), 0)).as_py())
     return bool(changes.upserts.num_rows == 0 and changes.deletes.num_rows == 0)
-
-
-def _create(path: Path, name: str, rows: pa.Table, schema: pa.Schema, props: CommitProperties) -> None:
-    """Create the table with its first rows, in one commit (``mode="error"``: it must not exist yet).
-
-    The rows take ``schema`` (the definition's, NOT NULL included): the
-    table's schema is the one its first rows carry.
-    """
-    rows = pa.Table.from_arrays(rows.columns, schema=schema)
-    write_deltalake(str(path), rows, mode="error", name=name, commit_properties=props)
-
-
-def _apply_keyed(table: DeltaTable | None, path: Path, changes: TableChanges, props: CommitProperties) -> None:
-    """One MERGE on the primary key, or after a truncate one overwrite with the upserts.
-
-    After a truncate every key is new, so ``deletes`` has nothing to act on;
-    nor has it on a table not yet created (``table`` None), which the upserts create.
-    """
-    schema = arrow_schema(changes.table)
-    upserts = typed(changes.upserts, schema)
-    marker = unused_name("__applier_delete", schema.names)
-    source = upserts if changes.truncate else merge_source(upserts, changes.deletes, changes.table, marker)
-    repeated = repeated_keys(source, changes.table.primary_key)
-    if repeated:
-        # A MERGE refuses a key matching an existing row twice but inserts a new key twice.
-        raise TargetError(f"table {changes.table.name}: {repeated} keys appear more than once in the changes")
-    if table is None:
-        _create(path, changes.table.name, upserts, schema, props)
-        return
-    if changes.truncate:
-        write_deltalake(str(path), upserts, mode="overwrite", commit_properties=props)
-        return
-    on = " AND ".join(f"t.{quote(k)} = s.{quote(k)}" for k in changes.table.primary_key)
-    columns = {quote(c): f"s.{quote(c)}" for c in schema.names}
-    is_delete = f"s.{quote(marker)}"
-    (
-        table.merge(source, on, source_alias="s", target_alias="t", commit_properties=props)
-        .when_matched_delete(is_delete)
-        .when_matched_update(columns, f"NOT {is_delete}")
-        .when_not_matched_insert(columns, f"NOT {is_delete}")
-        .execute()
-    )
-
-
-def _apply_counted(table: DeltaTable | None, path: Path, changes: TableChanges, props: CommitProperties) -> None:
-    """Insert and delete copies of row values in one commit.
-
-    Inserts alone are appended. Deletes rewrite only the data files holding
-    the copies to delete, one file in memory at a time
-    (:func:`~applier.targets.delta_files.rewrite_copies`): rows carry no
-    identity, so a merge could not delete "n of the m equal rows".
-    """
-    assert changes.counted is not None
-    name = changes.table.name
-    schema = arrow_schema(changes.table)
-    count = changes.counted.column(COUNT_COLUMN)
-    inserts = expand_copies(changes.counted.filter(pc.greater(count, 0)), schema)
-    removals = changes.counted.filter(pc.less(count, 0))
-    if (changes.truncate or table is None) and removals.num_rows:
-        copies = -int(pc.sum(removals.column(COUNT_COLUMN)).as_py())
-        where = "after emptying the table" if changes.truncate else "from a table not yet created"
-        raise TargetError(f"table {name}: deletes {copies} row copies {where} (the table does not hold them)")
-    if table is None:
-        _create(path, name, inserts, schema, props)
-    elif changes.truncate:
-        write_deltalake(str(path), inserts, mode="overwrite", commit_properties=props)
-    elif removals.num_rows == 0:
-        write_deltalake(str(path), inserts, mode="append", commit_properties=props)
-    else:
-        rewrite_copies(table, path, name, schema, removals, inserts, props)
-
-
-# Pure transformations: Arrow in, Arrow out.
-
-
-def quote(name: str) -> str:
-    """A column name as a delta-rs (DataFusion) SQL identifier: backticks, inner backticks doubled."""
-    return "`" + name.replace("`", "``") + "`"
-
-
-def unused_name(base: str, taken: Sequence[str]) -> str:
-    """``base``, prefixed with underscores until no name in ``taken`` equals it."""
-    while base in taken:
-        base = f"_{base}"
-    return base
-
-
-def merge_source(upserts: pa.Table, deletes: pa.Table, table_def: TableDef, marker: str) -> pa.Table:
-    """One MERGE source: the upserts, then the deletes, told apart by a boolean ``marker`` column.
-
-    Delete rows carry only their key; their other columns are null, so every
-    column of the source is nullable.
-
-    Args:
-        upserts: all columns of the rows to insert or update.
-        deletes: the key columns of the rows to delete.
-        table_def: the table's definition.
-        marker: the name of the marker column (not a column of the table).
-
-    Returns:
-        The table's columns plus ``marker`` (true for a delete).
-    """
-    schema = arrow_schema(table_def)
-    upserts = typed(upserts, schema)
-    loose = upserts.schema.append(pa.field(marker, pa.bool_(), nullable=False))
-    upsert_columns = [*upserts.columns, pa.repeat(False, upserts.num_rows)]
-    n = deletes.num_rows
-    delete_columns = [
-        deletes.column(f.name).cast(f.type) if f.name in table_def.primary_key else pa.nulls(n, f.type) for f in schema
-    ]
-    return pa.concat_tables(
-        [
-            pa.Table.from_arrays(upsert_columns, schema=loose),
-            pa.Table.from_arrays([*delete_columns, pa.repeat(True, n)], schema=loose),
-        ]
-    )

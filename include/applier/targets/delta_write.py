@@ -1,0 +1,139 @@
+"""Writing one table's net changes of a cycle to Delta, in one commit (delta-rs).
+
+A keyed table takes one MERGE on its primary key (deletes and upserts in one
+source, told apart by a marker column), or an overwrite after a truncate; a
+table without a key takes appended copies, or a rewrite of only the files
+holding copies to delete. A table seen first is created by its first rows.
+:class:`~applier.targets.delta.DeltaTarget` decides whether to write at all
+(the cycle already held, an empty change) and tags the commit.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.compute as pc
+from deltalake import CommitProperties, DeltaTable, write_deltalake
+
+from applier.engine.changes import COUNT_COLUMN, TableChanges, arrow_schema, expand_copies, repeated_keys, typed
+from applier.errors import TargetError
+from applier.intermediate.schema import TableDef
+from applier.targets.delta_files import rewrite_copies
+
+
+def create(path: Path, name: str, rows: pa.Table, schema: pa.Schema, props: CommitProperties) -> None:
+    """Create the table with its first rows, in one commit (``mode="error"``: it must not exist yet).
+
+    The rows take ``schema`` (the definition's, NOT NULL included): the
+    table's schema is the one its first rows carry.
+    """
+    rows = pa.Table.from_arrays(rows.columns, schema=schema)
+    write_deltalake(str(path), rows, mode="error", name=name, commit_properties=props)
+
+
+def apply_keyed(table: DeltaTable | None, path: Path, changes: TableChanges, props: CommitProperties) -> None:
+    """One MERGE on the primary key, or after a truncate one overwrite with the upserts.
+
+    After a truncate every key is new, so ``deletes`` has nothing to act on;
+    nor has it on a table not yet created (``table`` None), which the upserts create.
+    """
+    schema = arrow_schema(changes.table)
+    upserts = typed(changes.upserts, schema)
+    marker = unused_name("__applier_delete", schema.names)
+    source = upserts if changes.truncate else merge_source(upserts, changes.deletes, changes.table, marker)
+    repeated = repeated_keys(source, changes.table.primary_key)
+    if repeated:
+        # A MERGE refuses a key matching an existing row twice but inserts a new key twice.
+        raise TargetError(f"table {changes.table.name}: {repeated} keys appear more than once in the changes")
+    if table is None:
+        create(path, changes.table.name, upserts, schema, props)
+        return
+    if changes.truncate:
+        write_deltalake(str(path), upserts, mode="overwrite", commit_properties=props)
+        return
+    on = " AND ".join(f"t.{quote(k)} = s.{quote(k)}" for k in changes.table.primary_key)
+    columns = {quote(c): f"s.{quote(c)}" for c in schema.names}
+    is_delete = f"s.{quote(marker)}"
+    (
+        table.merge(source, on, source_alias="s", target_alias="t", commit_properties=props)
+        .when_matched_delete(is_delete)
+        .when_matched_update(columns, f"NOT {is_delete}")
+        .when_not_matched_insert(columns, f"NOT {is_delete}")
+        .execute()
+    )
+
+
+def apply_counted(table: DeltaTable | None, path: Path, changes: TableChanges, props: CommitProperties) -> None:
+    """Insert and delete copies of row values in one commit.
+
+    Inserts alone are appended. Deletes rewrite only the data files holding
+    the copies to delete, one file in memory at a time
+    (:func:`~applier.targets.delta_files.rewrite_copies`): rows carry no
+    identity, so a merge could not delete "n of the m equal rows".
+    """
+    assert changes.counted is not None
+    name = changes.table.name
+    schema = arrow_schema(changes.table)
+    count = changes.counted.column(COUNT_COLUMN)
+    inserts = expand_copies(changes.counted.filter(pc.greater(count, 0)), schema)
+    removals = changes.counted.filter(pc.less(count, 0))
+    if (changes.truncate or table is None) and removals.num_rows:
+        copies = -int(pc.sum(removals.column(COUNT_COLUMN)).as_py())
+        where = "after emptying the table" if changes.truncate else "from a table not yet created"
+        raise TargetError(f"table {name}: deletes {copies} row copies {where} (the table does not hold them)")
+    if table is None:
+        create(path, name, inserts, schema, props)
+    elif changes.truncate:
+        write_deltalake(str(path), inserts, mode="overwrite", commit_properties=props)
+    elif removals.num_rows == 0:
+        write_deltalake(str(path), inserts, mode="append", commit_properties=props)
+    else:
+        rewrite_copies(table, path, name, schema, removals, inserts, props)
+
+
+# Pure transformations: Arrow in, Arrow out.
+
+
+def quote(name: str) -> str:
+    """A column name as a delta-rs (DataFusion) SQL identifier: backticks, inner backticks doubled."""
+    return "`" + name.replace("`", "``") + "`"
+
+
+def unused_name(base: str, taken: Sequence[str]) -> str:
+    """``base``, prefixed with underscores until no name in ``taken`` equals it."""
+    while base in taken:
+        base = f"_{base}"
+    return base
+
+
+def merge_source(upserts: pa.Table, deletes: pa.Table, table_def: TableDef, marker: str) -> pa.Table:
+    """One MERGE source: the upserts, then the deletes, told apart by a boolean ``marker`` column.
+
+    Delete rows carry only their key; their other columns are null, so every
+    column of the source is nullable.
+
+    Args:
+        upserts: all columns of the rows to insert or update.
+        deletes: the key columns of the rows to delete.
+        table_def: the table's definition.
+        marker: the name of the marker column (not a column of the table).
+
+    Returns:
+        The table's columns plus ``marker`` (true for a delete).
+    """
+    schema = arrow_schema(table_def)
+    upserts = typed(upserts, schema)
+    loose = upserts.schema.append(pa.field(marker, pa.bool_(), nullable=False))
+    upsert_columns = [*upserts.columns, pa.repeat(False, upserts.num_rows)]
+    n = deletes.num_rows
+    delete_columns = [
+        deletes.column(f.name).cast(f.type) if f.name in table_def.primary_key else pa.nulls(n, f.type) for f in schema
+    ]
+    return pa.concat_tables(
+        [
+            pa.Table.from_arrays(upsert_columns, schema=loose),
+            pa.Table.from_arrays([*delete_columns, pa.repeat(True, n)], schema=loose),
+        ]
+    )
