@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import pickle
 import re
 import threading
 import time
@@ -11,11 +12,14 @@ from typing import Any
 
 import psycopg
 import pytest
+from deltalake import DeltaTable
 
 from applier.config import load_config
 from applier.engine.retry import NO_RETRY, RetryPolicy
 from applier.errors import TargetError
-from applier.targets.pg_errors import is_transient
+from applier.intermediate.schema import Column, TableDef
+from applier.targets.delta import DeltaTarget
+from applier.targets.pg_errors import error_class, is_transient
 from applier.targets.postgres import PostgresTarget
 from test_delta_target import keyed
 from test_postgres_target import ORDERS, checkpoint_row, rows
@@ -83,6 +87,39 @@ def test_postgresql_errors_are_transient_by_their_class() -> None:
     ]
     assert [is_transient(e) for e in transient] == [True] * len(transient)
     assert [is_transient(e) for e in permanent] == [False] * len(permanent)
+    assert [error_class(e) for e in transient] == [
+        "lock", "timeout", "serialization", "serialization", "shutdown", "resources", "connection"
+    ]  # fmt: skip
+    assert [error_class(e) for e in permanent] == ["check", "unique", "not_null", "data", "schema"]
+    assert error_class(psycopg.errors.ForeignKeyViolation()) == "foreign_key"
+    assert error_class(psycopg.errors.InsufficientPrivilege()) == "other"
+
+
+def test_a_target_error_is_transient_as_its_class_says_unless_told() -> None:
+    assert TargetError("x", error_class="lock").transient and not TargetError("x", error_class="unique").transient
+    assert not TargetError("x").transient and TargetError("x").error_class == "other"
+    assert TargetError("x", transient=True).transient
+    with pytest.raises(ValueError, match="unknown target error class 'oops'"):
+        TargetError("x", error_class="oops")
+    carried = pickle.loads(pickle.dumps(TargetError("y", error_class="check")))  # across worker processes
+    assert (carried.error_class, carried.transient, str(carried)) == ("check", False, "y")
+
+
+def test_delta_errors_are_classed_by_constraint_schema_and_conflict(tmp_path: Path) -> None:
+    target = DeltaTarget(tmp_path, "c")
+    target.apply(1, keyed(ORDERS, [{"id": 1, "status": "first"}]))
+    DeltaTable(str(target.table_path(ORDERS.name))).alter.add_constraint({"small": "id < 1000"})
+    with pytest.raises(TargetError) as refused:
+        target.apply(2, keyed(ORDERS, [{"id": 4321, "status": "second"}]))
+    assert refused.value.error_class == "check" and not refused.value.transient
+    assert "4321" not in str(refused.value)  # delta-rs's preview of the rows is left out
+    assert target.committed_cycle(ORDERS.name) == 1  # nothing of cycle 2 landed
+    wider = TableDef(ORDERS.name, (*ORDERS.columns[:1], Column("status", "bigint", True)), ORDERS.primary_key)
+    with pytest.raises(TargetError) as mismatch:
+        target.apply(2, keyed(wider, [{"id": 2, "status": 5}]))
+    assert mismatch.value.error_class == "schema" and not mismatch.value.transient
+    assert TargetError("x", error_class="conflict").transient  # a commit another writer beat
+
 
 
 def test_timeouts_and_retries_are_configured_with_documented_defaults(tmp_path: Path) -> None:

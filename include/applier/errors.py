@@ -16,7 +16,7 @@ mapping from failure to exit code lives in one place:
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -113,27 +113,56 @@ class GapError(IntermediateFileError):
     """A sequence number is missing before a complete pair."""
 
 
+# Classes of target errors, each transient (the same apply may succeed later,
+# unchanged) or permanent (it fails again until the data or the target changes).
+# Targets classify their errors where they arise: PostgreSQL by SQLSTATE
+# (``pg_errors.error_class``), Delta by delta-rs's exception and message.
+ERROR_CLASSES: Mapping[str, bool] = {
+    # permanent: the row or the table
+    "unique": False,  # a unique index or key refuses a value (23505)
+    "foreign_key": False,  # 23503
+    "check": False,  # a CHECK constraint (23514), a Delta constraint or invariant
+    "not_null": False,  # 23502
+    "data": False,  # a value out of range or of the wrong form (SQLSTATE class 22)
+    "schema": False,  # the table's columns do not take the rows (drift, a Delta schema mismatch)
+    "other": False,
+    # transient: the moment
+    "serialization": True,  # serialization failure, deadlock (class 40)
+    "connection": True,  # connecting, or the connection lost (class 08)
+    "shutdown": True,  # the server shutting down or starting (57P01-57P03)
+    "resources": True,  # insufficient resources (class 53)
+    "lock": True,  # lock_timeout (55P03)
+    "timeout": True,  # statement_timeout (57014)
+    "conflict": True,  # a Delta commit conflicting with another writer's
+}
+
+
 class TargetError(ApplierError):
     """Writing to the target failed; the cycle was not committed.
 
     Attributes:
+        error_class: one of :data:`ERROR_CLASSES`, what kind of failure it was.
         transient: the same apply may succeed later, unchanged (a lock
             timeout, a lost connection, a deadlock): the engine retries the
-            cycle (``apply.transient_retries``) before it gives up.
+            cycle (``apply.transient_retries``) before it gives up. By
+            default, what the class says.
     """
 
     exit_code = 4
 
-    def __init__(self, message: str, *, transient: bool = False) -> None:
-        self.transient = transient
+    def __init__(self, message: str, *, transient: bool | None = None, error_class: str = "other") -> None:
+        if error_class not in ERROR_CLASSES:
+            raise ValueError(f"unknown target error class {error_class!r}")
+        self.error_class = error_class
+        self.transient = ERROR_CLASSES[error_class] if transient is None else transient
         super().__init__(message)
 
     def __reduce__(self) -> tuple[Any, ...]:
-        return (_target_error, (self.args[0] if self.args else "", self.transient))
+        return (_target_error, (self.args[0] if self.args else "", self.transient, self.error_class))
 
 
-def _target_error(message: str, transient: bool) -> TargetError:
-    return TargetError(message, transient=transient)
+def _target_error(message: str, transient: bool, error_class: str = "other") -> TargetError:
+    return TargetError(message, transient=transient, error_class=error_class)
 
 
 class ValidationError(ApplierError):

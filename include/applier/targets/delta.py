@@ -43,7 +43,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from deltalake import CommitProperties, DeltaTable, Field, Transaction
 from deltalake import Schema as DeltaSchema
-from deltalake.exceptions import DeltaError
+from deltalake.exceptions import CommitFailedError, DeltaError, SchemaMismatchError
 
 from applier.engine.changes import (
     COUNT_COLUMN,
@@ -304,7 +304,20 @@ def _target_errors(table: str, doing: str) -> Iterator[None]:
         yield
     except _FAILURES as e:
         lines = str(e).strip().splitlines()
-        raise TargetError(f"table {table}: {doing} failed: {lines[0] if lines else type(e).__name__}") from e
+        raise TargetError(
+            f"table {table}: {doing} failed: {lines[0] if lines else type(e).__name__}", error_class=_error_class(e)
+        ) from e
+
+
+def _error_class(error: Exception) -> str:
+    """The class of a delta-rs failure (:data:`~applier.errors.ERROR_CLASSES`): by its type, then its message."""
+    if isinstance(error, CommitFailedError):
+        return "conflict"  # another writer committed first
+    if isinstance(error, SchemaMismatchError):
+        return "schema"
+    if isinstance(error, DeltaError) and ("failed validation check" in str(error) or "Invariant" in str(error)):
+        return "check"  # a table constraint (CHECK) or a NOT NULL invariant refused rows
+    return "other"
 
 
 def _open(path: Path) -> DeltaTable | None:
@@ -343,7 +356,8 @@ def _added_fields(current: DeltaTable, table_def: TableDef, *, extra_nullable: b
         )
         raise TargetError(
             f"table {table_def.name}: the Delta table was changed so that applying to it could lose data "
-            f"({differ}); its columns: {_describe(have)}"
+            f"({differ}); its columns: {_describe(have)}",
+            error_class="schema",
         )
     added = want[len(have) :]
     required = [f.name for f in added if not f.nullable]

@@ -15,16 +15,31 @@ from typing import Any
 import psycopg
 import pyarrow as pa
 
+from applier.errors import ERROR_CLASSES
 from applier.intermediate.schema import TableDef
 from applier.targets.pg_load import read_batches
 
-# SQLSTATE classes and codes after which the same statements may succeed:
+# The error classes (applier.errors.ERROR_CLASSES) of SQLSTATE codes, then of
+# SQLSTATE classes (the first two characters). Transient among them:
 # connection exceptions (08), transaction rollbacks (40: serialization failure,
 # deadlock), insufficient resources (53), lock_not_available (55P03: our
-# lock_timeout), query_canceled (57014: our statement_timeout), and the
-# server shutting down or starting (57P01-57P03).
-TRANSIENT_CLASSES = ("08", "40", "53")
-TRANSIENT_CODES = ("55P03", "57014", "57P01", "57P02", "57P03")
+# lock_timeout), query_canceled (57014: our statement_timeout), and the server
+# shutting down or starting (57P01-57P03).
+CODE_CLASSES = {
+    "23505": "unique",
+    "23503": "foreign_key",
+    "23514": "check",
+    "23502": "not_null",
+    "55P03": "lock",
+    "57014": "timeout",
+    "57P01": "shutdown",
+    "57P02": "shutdown",
+    "57P03": "shutdown",
+    "42703": "schema",  # undefined column
+    "42P01": "schema",  # undefined table
+    "42804": "schema",  # datatype mismatch
+}
+STATE_CLASSES = {"22": "data", "08": "connection", "40": "serialization", "53": "resources"}
 LOCK_NOT_AVAILABLE = "55P03"
 
 _LINE = re.compile(r"line (\d+)")
@@ -32,12 +47,17 @@ _FAILING_ROW = re.compile(r"^Failing row contains \((.*)\)\.?$", re.DOTALL)
 _KEY_VALUES = re.compile(r"^(Key \((?:[^()]|\([^()]*\))*\))=\(.*\)(.*)$", re.DOTALL)
 
 
+def error_class(error: psycopg.Error) -> str:
+    """The class of a database error (:data:`~applier.errors.ERROR_CLASSES`), by its SQLSTATE."""
+    state = error.sqlstate
+    if state is None:  # no answer from the server: connecting, or the connection lost
+        return "connection" if isinstance(error, psycopg.OperationalError) else "other"
+    return CODE_CLASSES.get(state) or STATE_CLASSES.get(state[:2], "other")
+
+
 def is_transient(error: psycopg.Error) -> bool:
     """Whether ``error`` may not happen again on a retry (a lock, a lost connection, a deadlock)."""
-    state = error.sqlstate
-    if state is None:
-        return isinstance(error, psycopg.OperationalError)  # no answer from the server: connecting, or lost
-    return state[:2] in TRANSIENT_CLASSES or state in TRANSIENT_CODES
+    return ERROR_CLASSES[error_class(error)]
 
 
 def quiet_detail(detail: str | None) -> str | None:

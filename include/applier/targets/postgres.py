@@ -45,8 +45,8 @@ from applier.targets import pg_sql as q
 from applier.targets.pg_drift import COLUMNS_QUERY, FoundColumn, drift
 from applier.targets.pg_errors import (
     LOCK_NOT_AVAILABLE,
+    error_class,
     failing_copy_key,
-    is_transient,
     key_of_failing_row,
     lock_holders,
     quiet_detail,
@@ -171,7 +171,7 @@ class PostgresTarget:
                 detail += f" (lock_timeout {self._lock_timeout_s:g} s; held by {holders or 'a transaction now gone'})"
             raise TargetError(
                 f"PostgreSQL target {redacted(self._url)}: {where}{doing}{at_key} failed: {detail}",
-                transient=is_transient(e),
+                error_class=error_class(e),
             ) from e
 
     # ------------------------------------------------------------------ reading
@@ -399,7 +399,8 @@ class PostgresTarget:
         schema, name = q.target_name(table.name, self._schema_map)
         return TargetError(
             f"table {table.name}: the target table {schema}.{name} was changed so that applying to it could "
-            f"lose data ({problem}); change it back, or drop it to have it created again"
+            f"lose data ({problem}); change it back, or drop it to have it created again",
+            error_class="schema",
         )
 
     def _found_columns(self, conn: psycopg.Connection[Any], table: TableDef) -> list[FoundColumn]:
