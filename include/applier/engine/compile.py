@@ -8,7 +8,9 @@ take each table's :class:`~applier.engine.changes.TableChanges` when they apply 
 
 from __future__ import annotations
 
+import shutil
 import tempfile
+import weakref
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 
@@ -92,6 +94,7 @@ def compile_cycle(
     if into is None:
         spill = Path(tempfile.mkdtemp(prefix="applier-compile-"))
         into = CompiledCycle({n: tables[n] for n in names}, frozenset(truncates), MemoryQueue(2**62), spill, "compile")
+        weakref.finalize(into, shutil.rmtree, spill, True)  # the temporary folder goes with its holder
     if names:
         spreads = table_spreads(weights, partitions or 1) if weights else {}
         job = net_changes(rows, {n: tables[n] for n in names}, truncates, str(into.folder), partitions, spreads)
