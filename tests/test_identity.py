@@ -5,6 +5,7 @@ from __future__ import annotations
 import datetime as dt
 import json
 import math
+import sys
 from decimal import Decimal
 from pathlib import Path
 from typing import Any
@@ -17,6 +18,7 @@ from applier.engine.identity import (
     NET_OP,
     chunk_batches,
     event_batch,
+    event_batches,
     final_table,
     rules_of,
 )
@@ -185,3 +187,12 @@ def test_only_tables_with_a_large_share_of_the_rows_are_spread() -> None:
     assert spreads == {"big": 15, "mid": 2}  # ceil(2 * 8 * share); the twenty small tables meet in one partition each
     assert table_spreads({"only": 5.0}, 8) == {"only": 16}  # at most twice the partitions
     assert table_spreads(weights, 1) == {} and table_spreads({}, 8) == {}
+
+
+def test_spark_workers_drop_the_jar_from_the_module_path(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    jar = str(tmp_path / "spark-core_2.13.jar")
+    monkeypatch.setattr(sys, "path", [sys.path[0], jar, *sys.path[1:]])
+    monkeypatch.setitem(sys.path_importer_cache, jar, None)
+    kept = [p for p in sys.path if p != jar]
+    list(event_batches(TABLES, {}, {}, []))  # what Spark runs in its workers drops it first
+    assert sys.path == kept and jar not in sys.path_importer_cache
