@@ -6,6 +6,8 @@ import datetime as dt
 import json
 import math
 import sys
+import zipfile
+import zipimport
 from decimal import Decimal
 from pathlib import Path
 from typing import Any
@@ -189,10 +191,16 @@ def test_only_tables_with_a_large_share_of_the_rows_are_spread() -> None:
     assert table_spreads(weights, 1) == {} and table_spreads({}, 8) == {}
 
 
-def test_spark_workers_drop_the_jar_from_the_module_path(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+def test_spark_workers_forget_cached_zip_importers_and_the_jar(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     jar = str(tmp_path / "spark-core_2.13.jar")
+    archive = tmp_path / "lib.zip"
+    with zipfile.ZipFile(archive, "w") as z:
+        z.writestr("pkg/__init__.py", "")
+    inner = f"{archive}/pkg"
     monkeypatch.setattr(sys, "path", [sys.path[0], jar, *sys.path[1:]])
-    monkeypatch.setitem(sys.path_importer_cache, jar, None)
+    monkeypatch.setattr(sys, "path_importer_cache", {**sys.path_importer_cache, jar: None})
+    sys.path_importer_cache[inner] = zipimport.zipimporter(inner)  # a package imported from an archive
     kept = [p for p in sys.path if p != jar]
-    list(event_batches(TABLES, {}, {}, []))  # what Spark runs in its workers drops it first
-    assert sys.path == kept and jar not in sys.path_importer_cache
+    list(event_batches(TABLES, {}, {}, []))  # what Spark runs in its workers trims them first
+    assert sys.path == kept and jar not in sys.path_importer_cache and inner not in sys.path_importer_cache
+    assert not any(isinstance(f, zipimport.zipimporter) for f in sys.path_importer_cache.values())

@@ -39,7 +39,7 @@ import msgspec
 import pyarrow as pa
 
 from applier.engine.changes import arrow_type
-from applier.engine.worker_path import drop_jars_from_path
+from applier.engine.worker_path import trim_import_caches
 from applier.intermediate.schema import Column, TableDef, decimal_precision_scale
 
 NET_OP = "__net_op"
@@ -269,7 +269,7 @@ def event_batches(
     batches: Iterable[pa.RecordBatch],
 ) -> Iterator[pa.RecordBatch]:
     """:func:`event_batch` over a partition (the ``mapInArrow`` function, with its settings bound)."""
-    drop_jars_from_path()
+    trim_import_caches()
     for batch in batches:
         yield event_batch(batch, tables, truncates, spreads)
 
@@ -331,7 +331,7 @@ def chunk_batches(
     described by one output row: the compiled cycle goes to the driver as a
     list of files, and the driver reads one table's files when it applies it.
     """
-    drop_jars_from_path()
+    trim_import_caches()
     pending: list[pa.RecordBatch] = []
     current: str | None = None
     held = 0

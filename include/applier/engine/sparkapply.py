@@ -23,7 +23,7 @@ from applier.engine.report import CycleReport
 from applier.engine.retry import NO_RETRY, RetryPolicy
 from applier.engine.spill import read_spill
 from applier.engine.touches import last_truncates
-from applier.engine.worker_path import drop_jars_from_path
+from applier.engine.worker_path import trim_import_caches
 from applier.intermediate.schema import TableDef
 from applier.targets import Target
 
@@ -62,7 +62,7 @@ def _committed_input(spark: Any, cycle: CycleInput, taken: Mapping[str, Buffered
 
 def spill_batches(paths: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
     """The rows of spill files, batch by batch (a ``mapInArrow`` function over a column of paths)."""
-    drop_jars_from_path()
+    trim_import_caches()
     for batch in paths:
         for path in batch.column(0).to_pylist():
             yield from read_spill(path)

@@ -1,22 +1,29 @@
-"""Spark's Python workers: the module search path without Spark's JAR.
+"""Spark's Python workers: import caches that each task does not read again.
 
-Spark puts the JAR of its Python runner (spark-core, over 5,000 entries) on
-its Python workers' ``PYTHONPATH``, and before each task a worker calls
-``importlib.invalidate_caches()``, which on Python 3.11 reads the directory of
-every zip file on the path again: 54 ms a task for that JAR alone. A small
-cycle runs a score of Python tasks, so the JAR cost its workers over a second
-of CPU per cycle. It holds no Python module: the functions Spark runs in
-Python drop it from the path of the worker they run in (once per worker;
-Spark does not put it back).
+Before each task a Spark Python worker calls ``importlib.invalidate_caches()``.
+On Python 3.11 that reads again the directory of the archive behind every
+cached zip importer: one per package imported from ``pyspark.zip`` (a dozen),
+one for the JAR of Spark's Python runner (spark-core, over 5,000 entries,
+which Spark puts on the workers' ``PYTHONPATH``) and for a folder inside it.
+That came to 150-300 ms before every task, several seconds of worker CPU in a
+small cycle of a score of tasks, and it grew as more packages were imported.
+
+The functions Spark runs in Python therefore call :func:`trim_import_caches`
+first: the JAR (which holds no Python module) leaves ``sys.path``, and cached
+zip importers are forgotten. Python makes a new one, from the directory it
+keeps in memory, when an import next needs it.
 """
 
 from __future__ import annotations
 
 import sys
+import zipimport
 
 
-def drop_jars_from_path() -> None:
-    """Take every ``.jar`` entry out of ``sys.path`` and its cached importer."""
+def trim_import_caches() -> None:
+    """Drop ``.jar`` entries from ``sys.path`` and every cached zip importer."""
     for entry in [p for p in sys.path if p.endswith(".jar")]:
         sys.path.remove(entry)
-        sys.path_importer_cache.pop(entry, None)
+    cached = sys.path_importer_cache
+    for key in [k for k, finder in cached.items() if isinstance(finder, zipimport.zipimporter) or k.endswith(".jar")]:
+        del cached[key]
