@@ -306,7 +306,6 @@ class Applier:
         with report.phase("checkpoint"):
             # What each table holds now, as the target told or reads it (an empty change commits nothing).
             held = {**self.target.committed_cycles(sorted(set(changed) - set(known))), **known}
-            held = {table: held[table] for table in changed}
             checkpoint = self._commit(
                 checkpoint,
                 replace(
