@@ -20,7 +20,7 @@ from applier.config import Config, TargetConfig
 from applier.engine.changes import COUNT_COLUMN, TableChanges, arrow_schema, remove_copies
 from applier.errors import ConfigError, TargetError
 from applier.intermediate.schema import Column, TableDef
-from applier.targets import open_target
+from applier.targets import Part, open_target
 from applier.targets.delta import DeltaTarget
 
 APP = "demo"
@@ -412,3 +412,20 @@ def test_open_target_builds_a_delta_target_from_the_configuration(tmp_path: Path
     assert isinstance(target, DeltaTarget) and target.root == tmp_path / "tgt" and target.app_id == "nightly"
     with pytest.raises(ConfigError, match=r"target\.path"):
         open_target(Config("nightly", tmp_path, tmp_path, target=TargetConfig("delta", None)))
+
+
+def test_parts_of_a_cycle_are_tagged_with_their_end_and_each_applies_once(tmp_path: Path) -> None:
+    target = DeltaTarget(tmp_path, APP)
+    events = table_def("app.events", [("what", "string", True)])
+    first, last = Part(0, 3, 5), Part(3, 5, 5)
+    assert target.apply_one(2, counted(events, [({"what": "a"}, 1)]), first) == (True, 2)
+    assert DeltaTable(str(tmp_path / "app" / "events")).history(1)[0]["applier.through"] == "3"
+    assert target.apply_one(2, counted(events, [({"what": "a"}, 1)]), first) == (False, 2)  # a re-run
+    with pytest.raises(TargetError, match="holds only its first 3 transactions"):
+        target.apply_one(2, counted(events, [({"what": "a"}, 1)]))  # whole, over a part: the parts were lost
+    assert target.apply_one(2, counted(events, [({"what": "b"}, 1)]), last) == (True, 2)
+    assert "applier.through" not in DeltaTable(str(tmp_path / "app" / "events")).history(1)[0]  # the cycle is whole
+    assert target.apply_one(2, counted(events, [({"what": "b"}, 1)]), last) == (False, 2)
+    assert target.apply_one(2, counted(events, [({"what": "c"}, 1)]), first) == (False, 2)
+    assert sorted(r["what"] for r in rows_of(target, "app.events")) == ["a", "b"]
+    assert target.committed_cycle("app.events") == 2 and target.applied_through(2) == 0

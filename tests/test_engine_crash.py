@@ -34,8 +34,13 @@ class Crash(BaseException):
 class CrashingTarget:
     """The real Delta target, dying right after its ``after``-th table commit."""
 
+    atomic_cycles = False
+
     def __init__(self, real: Any, after: int) -> None:
         self.real, self.after, self.applied = real, after, 0
+
+    def applied_through(self, cycle_id: int) -> int:
+        return int(self.real.applied_through(cycle_id))
 
     def committed_cycle(self, table: str) -> int:
         return int(self.real.committed_cycle(table))
@@ -61,8 +66,8 @@ class CrashingTarget:
     def save_checkpoint(self, state: Any) -> None:
         self.real.save_checkpoint(state)
 
-    def apply_one(self, cycle_id: int, changes: TableChanges) -> tuple[bool, int]:
-        applied, held = self.real.apply_one(cycle_id, changes)
+    def apply_one(self, cycle_id: int, changes: TableChanges, part: Any = None) -> tuple[bool, int]:
+        applied, held = self.real.apply_one(cycle_id, changes, part)
         if not applied:
             return applied, held
         self.applied += 1
@@ -70,8 +75,10 @@ class CrashingTarget:
             raise Crash
         return applied, held
 
-    def apply_cycle(self, cycle_id: int, changes: Mapping[str, TableChanges], position: Mapping[str, int]) -> Any:
-        return apply_tables(self, 1, cycle_id, changes)
+    def apply_cycle(
+        self, cycle_id: int, changes: Mapping[str, TableChanges], position: Mapping[str, int], part: Any = None
+    ) -> Any:
+        return apply_tables(self, 1, cycle_id, changes, part)
 
 
 @pytest.mark.parametrize("after_commits", [1, 4, 9])

@@ -19,7 +19,7 @@ from applier.engine.compiled import CompiledCycle
 from applier.engine.identity import NET_OP
 from applier.engine.queue import MemoryQueue
 from applier.errors import TargetError
-from applier.targets import pg_sql
+from applier.targets import Part, pg_sql
 from applier.targets.pg_load import bytea_text, csv_bytes
 from applier.targets.postgres import PostgresTarget, redacted
 from test_delta_target import ALL_TYPES, counted, keyed, table_def
@@ -298,3 +298,16 @@ def test_a_check_failure_names_table_key_and_constraint_but_shows_other_values_o
     assert "orders_status" in message and "Key (status)" in message, message
     assert ("=(kept)" in message) is show_row_values
     assert checkpoint_row(pg_url) == (1, 0, 0, 0)
+
+
+def test_a_part_of_a_cycle_moves_part_through_and_the_last_part_the_cycle(pg_url: str, tmp_path: Path) -> None:
+    t = target(pg_url, tmp_path)
+    t.apply_cycle(1, {ORDERS.name: keyed(ORDERS, [{"id": 1, "status": "one"}])}, {"applied_seq": 1})
+    first, last = Part(0, 4, 9), Part(4, 9, 9)
+    t.apply_cycle(2, {ORDERS.name: keyed(ORDERS, [{"id": 2, "status": "two"}])}, {"applied_seq": 5}, first)
+    assert checkpoint_row(pg_url) == (1, 1, 0, 0) and (t.committed_cycle(), t.applied_through(2)) == (1, 4)
+    again = t.apply_cycle(2, {ORDERS.name: keyed(ORDERS, [{"id": 2, "status": "again"}])}, {"applied_seq": 5}, first)
+    assert again.skipped_tables == [ORDERS.name]
+    t.apply_cycle(2, {ORDERS.name: keyed(ORDERS, [{"id": 3, "status": "three"}])}, {"applied_seq": 5}, last)
+    assert checkpoint_row(pg_url) == (2, 5, 0, 0) and t.applied_through(2) == 0 and t.applied_through(3) == 0
+    assert [r[:2] for r in rows(pg_url, "shop.orders", "id")] == [(1, "one"), (2, "two"), (3, "three")]

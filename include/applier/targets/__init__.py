@@ -22,6 +22,63 @@ if TYPE_CHECKING:
     from applier.intermediate.schema import TableDef
 
 
+@dataclass(frozen=True)
+class Part:
+    """A unit of a cycle smaller than the cycle: its committed transactions ``[start, end)`` of ``total``.
+
+    Transactions are numbered in commit order. A target that applied a part
+    holds the cycle *through* ``end``; a re-run skips a part whose ``end`` the
+    target already holds, so a cycle applied group by group (after a failing
+    group was split, :mod:`applier.engine.units`) stays exactly-once. The
+    part with ``end == total`` completes the cycle.
+    """
+
+    start: int
+    end: int
+    total: int
+
+    def __post_init__(self) -> None:
+        if not 0 <= self.start < self.end <= self.total:
+            raise ValueError(f"a part is 0 <= start < end <= total, not {self.start}, {self.end}, {self.total}")
+
+    @property
+    def final(self) -> bool:
+        """Whether applying this part completes the cycle."""
+        return self.end == self.total
+
+
+@dataclass(frozen=True)
+class PassedTransaction:
+    """A source transaction the target refused, which its error action lets by (it is not applied).
+
+    Attributes:
+        cycle_id: the cycle it committed in.
+        xid: the transaction; ``commit_lsn`` its commit, ``pair_seq`` the pair holding that commit.
+        error_class: the refusal's class (:data:`~applier.errors.ERROR_CLASSES`).
+        code: the target's code for it (a SQLSTATE), when known.
+        table: the table that refused it, when known.
+        message: the target's error.
+        action: the error action that let it by (``log`` and ``retry_log`` keep it in the exceptions store).
+        changes: its rows as the pairs hold them (``lsn, xid, table, op, before, after``), when it is kept.
+    """
+
+    cycle_id: int
+    xid: str
+    commit_lsn: int
+    pair_seq: int
+    error_class: str
+    code: str | None
+    table: str | None
+    message: str
+    action: str
+    changes: pa.Table | None = None
+
+    @property
+    def logged(self) -> bool:
+        """Whether it goes to the exceptions store."""
+        return self.action in ("log", "retry_log")
+
+
 @dataclass
 class CycleLoad:
     """What applying one cycle to a target did, for the cycle report.
@@ -54,7 +111,14 @@ class Target(Protocol):
     How a cycle commits is the target's: the Delta target commits each table
     on its own (tagged, so a re-run skips tables that hold the cycle); the
     PostgreSQL target commits all tables and its checkpoint row at once.
+
+    Attributes:
+        atomic_cycles: whether a cycle's (or part's) commit is all or nothing
+            across its tables: only then is a refused group split to find the
+            failing transaction (:mod:`applier.engine.units`).
     """
+
+    atomic_cycles: bool
 
     def committed_cycle(self, table: str) -> int:
         """The cycle ``table``'s current state holds; 0 when it is missing or was never written.
@@ -103,7 +167,11 @@ class Target(Protocol):
         ...
 
     def apply_cycle(
-        self, cycle_id: int, changes: Mapping[str, TableChanges], position: Mapping[str, int]
+        self,
+        cycle_id: int,
+        changes: Mapping[str, TableChanges],
+        position: Mapping[str, int],
+        part: Part | None = None,
     ) -> CycleLoad:
         """Apply every table's net changes of cycle ``cycle_id``; tables that hold it already are skipped.
 
@@ -112,10 +180,35 @@ class Target(Protocol):
             changes: each table's net changes.
             position: ``applied_seq``, ``applied_commit_lsn`` and ``restart_seq``
                 after the cycle, for targets that keep their checkpoint with the data.
+            part: the transactions of the cycle ``changes`` are the net of,
+                when they are not all of them; tables that hold the cycle
+                through ``part.end`` are skipped.
 
         Raises:
             TargetError: naming the table; what the target committed of the
                 cycle is skipped when the cycle is re-run.
+        """
+        ...
+
+    def pass_transaction(
+        self, cycle_id: int, part: Part, position: Mapping[str, int], passed: PassedTransaction
+    ) -> None:
+        """Move the target's position past ``part``, one transaction its error action lets by, unapplied.
+
+        A logged transaction (:attr:`PassedTransaction.logged`) is written to
+        the target's exceptions store with every change, in the same target
+        transaction as the position where the target has one; a re-run that
+        finds the part held writes nothing again.
+        """
+        ...
+
+    def applied_through(self, cycle_id: int) -> int:
+        """How many of cycle ``cycle_id``'s transactions the target holds as one position, in commit order.
+
+        A target that commits all tables at once answers from its checkpoint
+        (0 when it holds none of the cycle); a target that commits per table
+        has no one answer and says 0: the engine's intent file then tells, and
+        each table skips the parts it holds.
         """
         ...
 

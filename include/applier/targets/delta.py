@@ -53,8 +53,8 @@ from applier.engine.changes import (
 from applier.engine.checkpoint import write_atomically
 from applier.errors import TargetError
 from applier.intermediate.schema import SchemaError, TableDef, check_table_name
-from applier.targets import CycleLoad
-from applier.targets.delta_log import commit_tags, cycle_on_path, tagged_cycle
+from applier.targets import CycleLoad, Part, PassedTransaction
+from applier.targets.delta_log import commit_tags, cycle_on_path, tagged_cycle, tagged_through
 from applier.targets.delta_names import OWN_FOLDER, delta_misfit
 from applier.targets.delta_write import apply_counted, apply_keyed
 from applier.targets.per_table import apply_tables
@@ -78,15 +78,33 @@ class DeltaTarget:
         self.app_id = app_id
         self.threads = threads
         self._checkpoint_copy = self.root / OWN_FOLDER / f"{app_id}.checkpoint.json"
+        self.atomic_cycles = False  # each table commits on its own
 
     def apply_cycle(
-        self, cycle_id: int, changes: Mapping[str, TableChanges], position: Mapping[str, int]
+        self,
+        cycle_id: int,
+        changes: Mapping[str, TableChanges],
+        position: Mapping[str, int],
+        part: Part | None = None,
     ) -> CycleLoad:
-        """Apply a cycle table by table, ``threads`` tables at once (each one tagged commit, see :meth:`apply`).
+        """Apply a cycle (or a part of it) table by table, ``threads`` tables at once (see :meth:`apply_one`).
 
         The position is not needed: each table's commit carries the cycle.
         """
-        return apply_tables(self, self.threads, cycle_id, changes)
+        return apply_tables(self, self.threads, cycle_id, changes, part)
+
+    def pass_transaction(
+        self, cycle_id: int, part: Part, position: Mapping[str, int], passed: PassedTransaction
+    ) -> None:
+        """Refused: tables commit one by one, so a refused group is never split to set one transaction aside."""
+        raise TargetError(
+            f"cycle {cycle_id}: the Delta target cannot set transaction {passed.xid} aside: it commits table by "
+            "table, so a refused cycle stops whole (atomic_cycles is False)"
+        )
+
+    def applied_through(self, cycle_id: int) -> int:
+        """0: each table holds its own part of a cycle, so the engine's intent tells how far the cycle went."""
+        return 0
 
     def table_path(self, table: str) -> Path:
         """The folder of ``table``'s Delta table.
@@ -178,7 +196,11 @@ class DeltaTarget:
         return nullcontext()
 
     def _held_cycle(self, table: str, path: Path, current: DeltaTable) -> int:
-        """The cycle of the newest tagged commit along ``current``'s state (one log read when it is the newest).
+        """The cycle of the newest tagged commit along ``current``'s state (one log read when it is the newest)."""
+        return self._held(table, path, current)[0]
+
+    def _held(self, table: str, path: Path, current: DeltaTable) -> tuple[int, int | None]:
+        """The cycle the table's state holds, and how many of its transactions (None: all of them).
 
         Raises:
             TargetError: a RESTORE commit of the table's history cannot be followed.
@@ -186,7 +208,7 @@ class DeltaTarget:
         newest = current.history(1)
         cycle = tagged_cycle(newest[0], self.app_id) if newest else None
         if cycle is not None:
-            return cycle
+            return cycle, tagged_through(newest[0])
         limit = 16
         while True:  # more of the log only while the walk needs it (a restore far back)
             entries = current.history(limit)
@@ -199,17 +221,17 @@ class DeltaTarget:
                 break
             limit *= 8
         if answer.cycle is not None:
-            return answer.cycle
+            return answer.cycle, tagged_through(by_version[answer.state_version])
         state = current
         if answer.state_version != current.version():
             state = DeltaTable(str(path), version=answer.state_version)
-        return state.transaction_version(self.app_id) or 0
+        return state.transaction_version(self.app_id) or 0, None
 
     def apply(self, cycle_id: int, changes: TableChanges) -> bool:
         """:meth:`apply_one`, answering only whether the changes were applied (False: skipped)."""
         return self.apply_one(cycle_id, changes)[0]
 
-    def apply_one(self, cycle_id: int, changes: TableChanges) -> tuple[bool, int]:
+    def apply_one(self, cycle_id: int, changes: TableChanges, part: Part | None = None) -> tuple[bool, int]:
         """Apply one table's net changes of a cycle in one commit tagged with the cycle.
 
         A table seen first is created by that commit (or empty, when the
@@ -221,6 +243,9 @@ class DeltaTarget:
             cycle_id: the cycle, 1 or more.
             changes: the table's net changes; ``counted`` is None exactly when
                 the table has a primary key.
+            part: the cycle's transactions the changes are the net of, when not
+                all: the commit is tagged with ``part.end`` unless the part is
+                the cycle's last, and is skipped when the table holds that end.
 
         Returns:
             Whether the changes were applied (False: the table already held
@@ -241,15 +266,15 @@ class DeltaTarget:
         path = self.table_path(name)
         with _target_errors(name, f"applying cycle {cycle_id}"):
             current = _open(path)
-            done = 0 if current is None else self._held_cycle(name, path, current)
-            if done >= cycle_id:
+            done, through = (0, None) if current is None else self._held(name, path, current)
+            if _holds(done, through, cycle_id, part):
                 log.info("table %s: cycle %d already committed (cycle %d on record); skipped", name, cycle_id, done)
                 return False, done
             empty = _is_empty(changes)
             table = _prepared(path, changes.table, current) if current is not None or empty else None
             if empty:
                 return True, done
-            tags = commit_tags(self.app_id, cycle_id)
+            tags = commit_tags(self.app_id, cycle_id, None if part is None or part.final else part.end)
             props = CommitProperties(app_transactions=[Transaction(self.app_id, cycle_id)], custom_metadata=tags)
             if changes.counted is None:
                 apply_keyed(table, path, changes, props)
@@ -293,6 +318,25 @@ class DeltaTarget:
             return [] if current is None else list(current.file_uris())
 
 
+def _holds(cycle: int, through: int | None, cycle_id: int, part: Part | None) -> bool:
+    """Whether a table holding ``cycle`` (its transactions up to ``through``; None: all) holds ``part`` of ``cycle_id``.
+
+    Raises:
+        TargetError: the table holds a part of the cycle and the whole cycle is
+            being applied to it: the engine lost track of the cycle's parts.
+    """
+    if cycle != cycle_id:
+        return cycle > cycle_id
+    if through is None:
+        return True
+    if part is None:
+        raise TargetError(
+            f"cycle {cycle_id} is applied whole, but the table holds only its first {through} transactions; "
+            "the intent file that recorded its parts is missing"
+        )
+    return through >= part.end
+
+
 @contextmanager
 def _target_errors(table: str, doing: str) -> Iterator[None]:
     """Turn delta-rs, Arrow and file-system failures into :class:`TargetError` naming the table.
@@ -305,7 +349,10 @@ def _target_errors(table: str, doing: str) -> Iterator[None]:
     except _FAILURES as e:
         lines = str(e).strip().splitlines()
         raise TargetError(
-            f"table {table}: {doing} failed: {lines[0] if lines else type(e).__name__}", error_class=_error_class(e)
+            f"table {table}: {doing} failed: {lines[0] if lines else type(e).__name__}",
+            error_class=_error_class(e),
+            table=table,
+            code=type(e).__name__,
         ) from e
 
 

@@ -34,6 +34,8 @@ from typing import Any
 
 CONFIGURATION_KEY = "applier.configuration"
 CYCLE_KEY = "applier.cycle"
+# On a commit of a part of a cycle (not its last): how many of the cycle's transactions the table holds.
+THROUGH_KEY = "applier.through"
 # Operations (delta-rs and Delta Spark names) that change no row: walked past.
 NO_ROW_CHANGE = frozenset(
     {
@@ -55,9 +57,18 @@ NO_ROW_CHANGE = frozenset(
 )
 
 
-def commit_tags(app_id: str, cycle_id: int) -> dict[str, str]:
-    """The commit-info keys of an applier commit of cycle ``cycle_id``."""
-    return {CONFIGURATION_KEY: app_id, CYCLE_KEY: str(cycle_id)}
+def commit_tags(app_id: str, cycle_id: int, through: int | None = None) -> dict[str, str]:
+    """The commit-info keys of an applier commit of cycle ``cycle_id`` (of its transactions up to ``through``)."""
+    tags = {CONFIGURATION_KEY: app_id, CYCLE_KEY: str(cycle_id)}
+    if through is not None:
+        tags[THROUGH_KEY] = str(through)
+    return tags
+
+
+def tagged_through(entry: Mapping[str, Any]) -> int | None:
+    """How many of its cycle's transactions an applier commit holds; None: all of them."""
+    through = entry.get(THROUGH_KEY)
+    return None if through is None else int(through)
 
 
 @dataclass(frozen=True)

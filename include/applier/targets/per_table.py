@@ -9,7 +9,7 @@ from typing import Protocol
 
 from applier.engine.changes import TableChanges
 from applier.engine.compiled import release
-from applier.targets import CycleLoad
+from applier.targets import CycleLoad, Part
 
 
 class PerTableTarget(Protocol):
@@ -19,11 +19,13 @@ class PerTableTarget(Protocol):
     held the cycle) and the cycle the table's state holds afterwards.
     """
 
-    def apply_one(self, cycle_id: int, changes: TableChanges) -> tuple[bool, int]: ...
+    def apply_one(self, cycle_id: int, changes: TableChanges, part: Part | None = None) -> tuple[bool, int]: ...
 
 
-def apply_tables(target: PerTableTarget, threads: int, cycle_id: int, changes: Mapping[str, TableChanges]) -> CycleLoad:
-    """Apply each table's changes in its own commit, ``threads`` tables at once.
+def apply_tables(
+    target: PerTableTarget, threads: int, cycle_id: int, changes: Mapping[str, TableChanges], part: Part | None = None
+) -> CycleLoad:
+    """Apply each table's changes in its own commit, ``threads`` tables at once (``part``: see ``Target.apply_cycle``).
 
     A table already holding the cycle is skipped (a re-run after a crash
     between two table commits). The first failure is raised once the tables
@@ -35,7 +37,7 @@ def apply_tables(target: PerTableTarget, threads: int, cycle_id: int, changes: M
     def one(name: str) -> tuple[str, bool, int, float]:
         started = time.perf_counter()
         try:
-            applied, held = target.apply_one(cycle_id, changes[name])
+            applied, held = target.apply_one(cycle_id, changes[name], part)
         finally:
             release(changes, name)
         return name, applied, held, time.perf_counter() - started

@@ -1,4 +1,4 @@
-"""Net changes as staging rows and COPY data (pure Arrow).
+"""Net changes as staging rows and COPY data, and rows read back as Arrow (pure Arrow).
 
 A table's net changes become one Arrow table in the staging table's column
 order (:func:`~applier.targets.pg_sql.staging_columns`), written to COPY as
@@ -20,6 +20,18 @@ import pyarrow.csv as pa_csv
 
 from applier.engine.changes import TableChanges
 from applier.targets.pg_sql import COUNT, OP, ROW_ID
+
+_ARROW_TYPES = {
+    "boolean": pa.bool_(),
+    "integer": pa.int32(),
+    "bigint": pa.int64(),
+    "double precision": pa.float64(),
+    "text": pa.string(),
+    "date": pa.date32(),
+    "timestamp with time zone": pa.timestamp("us", tz="UTC"),
+    "bytea": pa.binary(),
+}
+
 
 _HEX = np.array([f"{b:02x}" for b in range(256)], dtype="S2").view(np.uint8).reshape(256, 2)
 _CSV_OPTIONS = pa_csv.WriteOptions(include_header=False)
@@ -92,3 +104,18 @@ def read_batches(source: pa.Table | None) -> Iterator[pa.RecordBatch]:
     """Staging rows batch by batch (nothing once they are in staging)."""
     if source is not None:
         yield from source.to_batches(max_chunksize=_BATCH_ROWS)
+
+
+def rows_as_arrow(columns: list[tuple[str, str, int | None, int | None]], rows: list[tuple[object, ...]]) -> pa.Table:
+    """Rows read from PostgreSQL, typed as the spec types map to Arrow.
+
+    Args:
+        columns: ``(name, data_type, numeric_precision, numeric_scale)`` from ``information_schema.columns``.
+        rows: the table's rows, in those columns' order.
+    """
+    return pa.table(
+        {
+            column: pa.array([r[i] for r in rows], _ARROW_TYPES.get(kind) or pa.decimal128(precision, scale))
+            for i, (column, kind, precision, scale) in enumerate(columns)
+        }
+    )

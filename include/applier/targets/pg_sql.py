@@ -282,9 +282,32 @@ def upsert_checkpoint() -> sql.Composed:
         "INSERT INTO {} ({}, committed_at) VALUES (%s, %s, %s, %s, %s, now()) "
         "ON CONFLICT (configuration_name) DO UPDATE SET cycle_id = EXCLUDED.cycle_id, "
         "applied_seq = EXCLUDED.applied_seq, applied_commit_lsn = EXCLUDED.applied_commit_lsn, "
-        "restart_seq = EXCLUDED.restart_seq, committed_at = EXCLUDED.committed_at"
+        "restart_seq = EXCLUDED.restart_seq, committed_at = EXCLUDED.committed_at, part_through = 0"
     ).format(sql.Identifier(CHECKPOINT_TABLE), _columns(CHECKPOINT_COLUMNS))
 
 
-def committed_cycle() -> sql.Composed:
-    return sql.SQL("SELECT cycle_id FROM {} WHERE configuration_name = %s").format(sql.Identifier(CHECKPOINT_TABLE))
+def add_part_column() -> sql.Composed:
+    """``part_through``: how many transactions of the cycle after ``cycle_id`` are in (a cycle applied in parts)."""
+    return sql.SQL("ALTER TABLE {} ADD COLUMN IF NOT EXISTS part_through bigint NOT NULL DEFAULT 0").format(
+        sql.Identifier(CHECKPOINT_TABLE)
+    )
+
+
+def record_part() -> sql.Composed:
+    """Record a part of the cycle after the row's (parameters: configuration, that cycle minus 1, part's end).
+
+    The position columns stay as the last whole cycle left them; a configuration
+    without a row gets one at cycle 0.
+    """
+    return sql.SQL(
+        "INSERT INTO {} (configuration_name, cycle_id, applied_seq, applied_commit_lsn, restart_seq, committed_at, "
+        "part_through) VALUES (%s, %s, 0, 0, 0, now(), %s) "
+        "ON CONFLICT (configuration_name) DO UPDATE SET part_through = EXCLUDED.part_through, committed_at = now()"
+    ).format(sql.Identifier(CHECKPOINT_TABLE))
+
+
+def committed_position() -> sql.Composed:
+    """The row's whole cycle and the part of the next one it holds."""
+    return sql.SQL("SELECT cycle_id, part_through FROM {} WHERE configuration_name = %s").format(
+        sql.Identifier(CHECKPOINT_TABLE)
+    )

@@ -34,14 +34,14 @@ from typing import Any
 import psycopg
 import pyarrow as pa
 from psycopg import sql
-from psycopg.types.json import Jsonb
 
 from applier.engine.changes import TableChanges
 from applier.engine.compiled import release
 from applier.errors import TargetError
 from applier.intermediate.schema import TableDef, check_table_name
-from applier.targets import CycleLoad
+from applier.targets import CycleLoad, Part, PassedTransaction, pg_exceptions
 from applier.targets import pg_sql as q
+from applier.targets.pg_checkpoint import CheckpointRow, Position, holds
 from applier.targets.pg_drift import COLUMNS_QUERY, FoundColumn, drift
 from applier.targets.pg_errors import (
     LOCK_NOT_AVAILABLE,
@@ -51,19 +51,8 @@ from applier.targets.pg_errors import (
     lock_holders,
     quiet_detail,
 )
-from applier.targets.pg_load import csv_bytes, read_batches, staging_rows
+from applier.targets.pg_load import csv_bytes, read_batches, rows_as_arrow, staging_rows
 from applier.targets.pg_lock import advisory_run_lock
-
-_ARROW_TYPES = {
-    "boolean": pa.bool_(),
-    "integer": pa.int32(),
-    "bigint": pa.int64(),
-    "double precision": pa.float64(),
-    "text": pa.string(),
-    "date": pa.date32(),
-    "timestamp with time zone": pa.timestamp("us", tz="UTC"),
-    "bytea": pa.binary(),
-}
 
 
 def redacted(url: str) -> str:
@@ -87,6 +76,9 @@ class _Staged:
 
 class PostgresTarget:
     """Applies cycles to one PostgreSQL database.
+
+    A cycle, or a part of it, commits all its tables and the checkpoint row in
+    one transaction (``atomic_cycles``), so a refused part leaves nothing.
 
     Args:
         url: a libpq connection string or URI (the password, if any, is never shown).
@@ -121,6 +113,8 @@ class PostgresTarget:
         self._lock_timeout_s = lock_timeout_s
         self._statement_timeout_s = statement_timeout_s
         self._connections: list[psycopg.Connection[Any]] = []
+        self._row = CheckpointRow(configuration_name)
+        self.atomic_cycles = True
 
     # ------------------------------------------------------------------ connections
 
@@ -147,6 +141,7 @@ class PostgresTarget:
         for conn in self._connections:
             conn.close()
         self._connections = []
+        self._row.forget_table()  # a rolled-back transaction may have created it
 
     def run_lock(self) -> AbstractContextManager[None]:
         """The configuration's advisory run lock, on a connection of its own for the whole run (see ``pg_lock``)."""
@@ -172,19 +167,25 @@ class PostgresTarget:
             raise TargetError(
                 f"PostgreSQL target {redacted(self._url)}: {where}{doing}{at_key} failed: {detail}",
                 error_class=error_class(e),
+                table=table,
+                code=e.sqlstate,
             ) from e
 
     # ------------------------------------------------------------------ reading
 
     def committed_cycle(self, table: str | None = None) -> int:
-        """The last cycle committed; the same for every table (a cycle commits all its tables at once)."""
+        """The last cycle committed whole; the same for every table (a cycle commits all its tables at once)."""
+        return self._position()[0]
+
+    def applied_through(self, cycle_id: int) -> int:
+        """How many transactions of cycle ``cycle_id`` are in, when it is the one after the last whole cycle; else 0."""
+        cycle, through = self._position()
+        return through if cycle == cycle_id - 1 else 0
+
+    def _position(self) -> Position:
         conn = self._connection(0)
         with self._errors("read the checkpoint", None), conn.transaction():
-            exists = conn.execute("SELECT to_regclass(%s)", [q.CHECKPOINT_TABLE]).fetchone()
-            if exists is None or exists[0] is None:
-                return 0
-            row = conn.execute(q.committed_cycle(), [self._name]).fetchone()
-        return int(row[0]) if row else 0
+            return self._row.position(conn)
 
     def highest_cycle(self, tables: Iterable[str]) -> int:
         """The cycle the checkpoint row holds: every table holds it or an earlier one."""
@@ -210,20 +211,13 @@ class PostgresTarget:
         """The copy of the Applier's checkpoint in the configuration's checkpoint row, if any."""
         conn = self._connection(0)
         with self._errors("read the checkpoint", None), conn.transaction():
-            exists = conn.execute("SELECT to_regclass(%s)", [q.CHECKPOINT_TABLE]).fetchone()
-            if exists is None or exists[0] is None:
-                return None
-            conn.execute(q.add_state_column())
-            row = conn.execute(q.saved_state(), [self._name]).fetchone()
-        return dict(row[0]) if row and isinstance(row[0], dict) else None
+            return self._row.state(conn)
 
     def save_checkpoint(self, state: Mapping[str, Any]) -> None:
         """Keep ``state`` (the checkpoint just written) in the configuration's checkpoint row."""
         conn = self._connection(0)
         with self._errors("keep a copy of the checkpoint", None), conn.transaction():
-            conn.execute(q.create_checkpoint_table())
-            conn.execute(q.add_state_column())
-            conn.execute(q.save_state(), [self._name, Jsonb(dict(state))])
+            self._row.save_state(conn, state)
 
     def committed_cycles(self, tables: Iterable[str]) -> dict[str, int]:
         """The last cycle committed, for every table at once: one read of the checkpoint row."""
@@ -245,12 +239,7 @@ class PostgresTarget:
             if not columns:
                 return None
             rows = conn.execute(sql.SQL("SELECT * FROM {}").format(sql.Identifier(schema, name))).fetchall()
-        return pa.table(
-            {
-                column: pa.array([r[i] for r in rows], _ARROW_TYPES.get(kind) or pa.decimal128(precision, scale))
-                for i, (column, kind, precision, scale) in enumerate(columns)
-            }
-        )
+        return rows_as_arrow(columns, rows)
 
     def table_misfit(self, table: TableDef, known: Collection[str]) -> str | None:
         """Why ``table`` cannot land in this database as named (:func:`applier.targets.pg_sql.table_misfit`)."""
@@ -259,7 +248,11 @@ class PostgresTarget:
     # ------------------------------------------------------------------ writing
 
     def apply_cycle(
-        self, cycle_id: int, changes: Mapping[str, TableChanges], position: Mapping[str, int]
+        self,
+        cycle_id: int,
+        changes: Mapping[str, TableChanges],
+        position: Mapping[str, int],
+        part: Part | None = None,
     ) -> CycleLoad:
         """Load every table's changes and commit them with the checkpoint row, in one transaction.
 
@@ -268,6 +261,9 @@ class PostgresTarget:
             changes: each table's net changes.
             position: ``applied_seq``, ``applied_commit_lsn`` and ``restart_seq``
                 after the cycle (0 when absent), written to ``applier_checkpoint``.
+            part: the cycle's transactions ``changes`` hold, when not all: the
+                row then records the part (``part_through``), and the cycle
+                when the part is its last; skipped when the row holds its end.
 
         Returns:
             The load batches, spill files and seconds.
@@ -279,14 +275,14 @@ class PostgresTarget:
         load = CycleLoad()
         for name in changes:
             check_table_name(name)
-        if self.committed_cycle() >= cycle_id:
+        if holds(self._position(), cycle_id, part):
             load.skipped_tables = sorted(changes)
             return load
         try:
             started = time.perf_counter()
             staged = self._load(changes, load)
             loaded = time.perf_counter()
-            if not self._commit(cycle_id, staged, position):
+            if not self._commit(cycle_id, staged, position, part):
                 load.skipped_tables = sorted(changes)
             load.seconds = {"load": round(loaded - started, 3), "commit": round(time.perf_counter() - loaded, 3)}
         except TargetError:
@@ -342,21 +338,35 @@ class PostgresTarget:
                 for batch in read_batches(staged.source):
                     copy.write(csv_bytes(batch))
 
-    def _commit(self, cycle_id: int, staged: list[_Staged], position: Mapping[str, int]) -> bool:
-        """The cycle's one transaction; False when another run committed the cycle meanwhile."""
+    def _commit(
+        self, cycle_id: int, staged: list[_Staged], position: Mapping[str, int], part: Part | None = None
+    ) -> bool:
+        """The cycle's (or part's) one transaction; False when another run committed it meanwhile."""
         conn = self._connection(0)
         with self._errors("commit the cycle", None), conn.transaction():
-            conn.execute("SELECT pg_advisory_xact_lock(hashtext(%s))", [f"applier {self._name}"])
-            conn.execute(q.create_checkpoint_table())
-            row = conn.execute(q.committed_cycle(), [self._name]).fetchone()
-            if row is not None and row[0] >= cycle_id:
+            if holds(self._row.position(conn, lock=True), cycle_id, part):
                 return False
             for s in staged:
                 with self._errors("apply", s.table.name, s):
                     self._apply_table(conn, s)
-            values = [self._name, cycle_id, *(position.get(k, 0) for k in q.CHECKPOINT_COLUMNS[2:])]
-            conn.execute(q.upsert_checkpoint(), values)
+            self._row.record(conn, cycle_id, position, part)
         return True
+
+    def pass_transaction(
+        self, cycle_id: int, part: Part, position: Mapping[str, int], passed: PassedTransaction
+    ) -> None:
+        """Move the checkpoint row past ``part``, keeping a logged transaction in ``applier_exceptions``, at once."""
+        conn = self._connection(0)
+        try:
+            with self._errors("set a refused transaction aside", None), conn.transaction():
+                if holds(self._row.position(conn, lock=True), cycle_id, part):
+                    return
+                if passed.logged:
+                    pg_exceptions.store(conn, self._name, passed)
+                self._row.record(conn, cycle_id, position, part)
+        except TargetError:
+            self.close()
+            raise
 
     def _apply_table(self, conn: psycopg.Connection[Any], s: _Staged) -> None:
         table = s.table
