@@ -15,7 +15,7 @@ import sys
 
 from applier.config import load_config
 from applier.engine.api import configure_logging, run_applier
-from applier.errors import ApplierError
+from applier.errors import PERMANENT_LINE, ApplierError, TargetError
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -31,6 +31,8 @@ def main(argv: list[str] | None = None) -> int:
         summary = run_applier(config, max_cycles=args.max_cycles, set_master=False, run_key=args.run_key)
     except ApplierError as e:
         print(f"applier: error: {e}", file=sys.stderr)
+        if isinstance(e, TargetError) and not e.transient:
+            print(PERMANENT_LINE, file=sys.stderr)  # the apply task then fails without a retry
         return e.exit_code
     logging.getLogger("applier").info(
         "run done: %d cycles%s", summary.cycles_run, f" (replay of run {summary.run_key})" if summary.replay else ""

@@ -10,6 +10,7 @@ import pytest
 
 from applier.config import TargetConfig, load_config
 from applier.engine.ledger import LedgerCycle, RunRecord
+from applier.errors import PERMANENT_LINE
 from applier_airflow.builders import (
     DEFAULT_SCHEDULE,
     application_args,
@@ -195,6 +196,11 @@ def test_a_held_run_lock_skips_the_apply_task_and_bad_input_fails_it_without_ret
     assert submit_outcome("Error code is: 2.") == ("fail", "configuration error (exit code 2): None")
     assert submit_outcome("Error code is: 4.\napplier: error: x") == ("retry", "Error code is: 4.\napplier: error: x")
     assert submit_outcome("something else") == ("retry", "something else")
+    stopped = f"Error code is: 4.\napplier: error: cycle 2: transaction 7 was refused\n{PERMANENT_LINE}"
+    assert submit_outcome(stopped) == (
+        "fail",
+        "permanent target error (exit code 4): cycle 2: transaction 7 was refused",
+    )
 
 
 def test_plan_summary() -> None:

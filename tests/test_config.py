@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import re
 from pathlib import Path
 
 import pytest
@@ -143,3 +144,19 @@ def test_show_row_values_is_off_unless_asked(tmp_path: Path) -> None:
     assert load_config(_file(tmp_path), ["target.show_row_values=true"]).target.show_row_values is True
     with pytest.raises(ConfigError, match=r"target\.show_row_values.*true or false"):
         load_config(_file(tmp_path), ["target.show_row_values=sometimes"])
+
+
+def test_error_actions_are_per_class_and_transient_classes_only_stop(tmp_path: Path) -> None:
+    base = ["configuration_name=c", f"intermediate_dir={tmp_path}", f"output_dir={tmp_path}", f"target.path={tmp_path}"]
+    config = load_config(None, [*base, "errors.actions.check=log", "errors.actions.lock=retry_stop"])
+    assert config.errors.action("check") == "log" and config.errors.action("unique") == "stop"
+    assert config.errors.command_retry == 3 and config.apply.retry_split == 3
+    assert config.apply.compile_retry_threshold == 100
+    for setting, named in [
+        ("errors.actions.lock=log", "a transient class is retried"),
+        ("errors.actions.nosuch=log", "unknown error class"),
+        ("errors.actions.check=shrug", "use one of: ignore, warn, retry_log, log, retry_stop, stop"),
+        ("apply.retry_split=4", "split in 3 (HVAR) or 2"),
+    ]:
+        with pytest.raises(ConfigError, match=re.escape(named)):
+            load_config(None, [*base, setting])

@@ -62,9 +62,7 @@ def test_the_documents_two_table_example_scaled_down() -> None:
     assert shape(groups) == [(LOG_ORDER, ["w"]), ("compiled", ["n"])]
     # A limit four times larger takes both (the documents still show the wide one in log order at
     # 4096 MB, with their own, larger, estimate per row; this one is the advisor's arithmetic).
-    assert shape(form_groups([wide_txn, narrow_txn], GroupLimits(cdb_max_bytes=2 * MIB))) == [
-        ("compiled", ["w", "n"])
-    ]
+    assert shape(form_groups([wide_txn, narrow_txn], GroupLimits(cdb_max_bytes=2 * MIB))) == [("compiled", ["w", "n"])]
 
 
 def test_with_compile_off_every_transaction_goes_alone_in_log_order() -> None:
@@ -95,7 +93,7 @@ def retry(n: int, bad: set[int], *, split: int, stop: bool, threshold: int = 100
         committed.extend(t.xid for t in group.txns)
 
     outcome = enhanced_retry(
-        Group(tuple(txn(i) for i in range(n))), apply, lambda e: stop, split=split, threshold=threshold
+        Group(tuple(txn(i) for i in range(n))), apply, lambda g, e: stop, split=split, threshold=threshold
     )
     return outcome, committed
 

@@ -20,7 +20,7 @@ from typing import Any
 
 import yaml
 
-from applier.errors import ConfigError
+from applier.errors import ERROR_CLASSES, ConfigError
 from applier.intermediate.pairs import MIB
 
 TARGET_TYPES = ("delta", "postgres")
@@ -29,7 +29,10 @@ TARGET_TYPES = ("delta", "postgres")
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_]*")
 _SPARK_CONF = "spark.conf"
 _SCHEMA_MAP = "target.schema_map"
-_MAPPINGS = (_SPARK_CONF, _SCHEMA_MAP)
+_ACTIONS = "errors.actions"
+_MAPPINGS = (_SPARK_CONF, _SCHEMA_MAP, _ACTIONS)
+# Error actions, least to most severe (SAP Replication Server's, ``stop`` for its stop_replication).
+ERROR_ACTIONS = ("ignore", "warn", "retry_log", "log", "retry_stop", "stop")
 
 
 @dataclass(frozen=True)
@@ -56,6 +59,8 @@ class ApplyConfig:
     queue_memory_mb: float | None = None
     transient_retries: int = 3
     transient_retry_delay_s: float = 5.0
+    compile_retry_threshold: int = 100
+    retry_split: int = 3
 
     @property
     def cycle_limit_bytes(self) -> int:
@@ -107,6 +112,25 @@ class TargetConfig:
 
 
 @dataclass(frozen=True)
+class ErrorsConfig:
+    """``errors.*``: what a source transaction the target refuses costs.
+
+    ``actions``: error class (:data:`~applier.errors.ERROR_CLASSES`) -> action
+    (:data:`ERROR_ACTIONS`); a class not named stops. Transient classes are
+    retried (``apply.transient_retries``) and then stop, whatever the action.
+    ``command_retry``: how often ``retry_log`` and ``retry_stop`` try the
+    failing transaction again before they log it or stop.
+    """
+
+    actions: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
+    command_retry: int = 3
+
+    def action(self, error_class: str) -> str:
+        """The action for a failure of ``error_class`` (``stop`` unless configured)."""
+        return self.actions.get(error_class, "stop")
+
+
+@dataclass(frozen=True)
 class SparkConfig:
     """``spark.*``: the Spark application the Applier runs in."""
 
@@ -124,6 +148,7 @@ class Config:
     apply: ApplyConfig = ApplyConfig()
     target: TargetConfig = TargetConfig()
     spark: SparkConfig = SparkConfig()
+    errors: ErrorsConfig = ErrorsConfig()
 
     @property
     def work_dir(self) -> Path:
@@ -230,6 +255,12 @@ def _choice(choices: Sequence[str]) -> Callable[[str, Any], str]:
     return check
 
 
+def _split(key: str, v: Any) -> int:
+    if type(v) is not int or v not in (2, 3):
+        raise ConfigError(key, v, "a failing group is split in 3 (HVAR) or 2 (its older mechanism)")
+    return v
+
+
 # key -> (validator, default; None means required unless noted in _required_keys)
 _KEYS: dict[str, tuple[Callable[[str, Any], Any], Any]] = {
     "configuration_name": (_name, None),
@@ -249,12 +280,31 @@ _KEYS: dict[str, tuple[Callable[[str, Any], Any], Any]] = {
     "apply.transient_retries": (_int_at_least(0, "retries of a cycle after a transient target error"), 3),
     "apply.transient_retry_delay_s": (_seconds("the first wait; each retry waits twice the one before"), 5.0),
     "apply.threads": (_int_at_least(1, "concurrent table loads, the target's load connections"), 4),
+    "apply.compile_retry_threshold": (_int_at_least(1, "commands below which a failing group goes to log order"), 100),
+    "apply.retry_split": (_split, 3),
+    "errors.command_retry": (_int_at_least(0, "tries again of a failing transaction"), 3),
     "spark.master": (_text, "local[*]"),
 }
 _PATH_KEYS = ("intermediate_dir", "output_dir", "target.path")
 # None is their default, not "required".
 _OPTIONAL_KEYS = ("apply.intermediate_retention_hours", "apply.queue_memory_mb")
-KNOWN_KEYS = (*_KEYS, f"{_SPARK_CONF}.<spark property>", f"{_SCHEMA_MAP}.<source schema>")
+KNOWN_KEYS = (
+    *_KEYS,
+    f"{_SPARK_CONF}.<spark property>",
+    f"{_SCHEMA_MAP}.<source schema>",
+    f"{_ACTIONS}.<error class>",
+)
+
+
+def _action(key: str, v: Any) -> str:
+    error_class = key.removeprefix(f"{_ACTIONS}.")
+    if error_class not in ERROR_CLASSES:
+        raise ConfigError(key, v, f"unknown error class; classes: {', '.join(ERROR_CLASSES)}")
+    if ERROR_CLASSES[error_class]:
+        if v not in ("retry_stop", "stop"):
+            raise ConfigError(key, v, "a transient class is retried (apply.transient_retries), then stops: retry_stop")
+        return str(v)
+    return _choice(ERROR_ACTIONS)(key, v)
 
 
 def _flatten(raw: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
@@ -310,6 +360,8 @@ def _validate(flat: dict[str, Any]) -> dict[str, Any]:
             out[key] = _text(key, str(value))
         elif key.startswith(f"{_SCHEMA_MAP}."):
             out[key] = _identifier(key, value)
+        elif key.startswith(f"{_ACTIONS}."):
+            out[key] = _action(key, value)
         elif key not in _KEYS:
             raise ConfigError(key, value, f"unknown key; known keys: {', '.join(KNOWN_KEYS)}")
         else:
@@ -366,6 +418,8 @@ def load_config(path: Path | str | None, overrides: Sequence[str] = ()) -> Confi
             queue_memory_mb=values["apply.queue_memory_mb"],
             transient_retries=values["apply.transient_retries"],
             transient_retry_delay_s=values["apply.transient_retry_delay_s"],
+            compile_retry_threshold=values["apply.compile_retry_threshold"],
+            retry_split=values["apply.retry_split"],
         ),
         target=TargetConfig(
             type=values["target.type"],
@@ -377,4 +431,7 @@ def load_config(path: Path | str | None, overrides: Sequence[str] = ()) -> Confi
             statement_timeout_s=values["target.statement_timeout_s"],
         ),
         spark=SparkConfig(master=values["spark.master"], conf=MappingProxyType(spark_conf)),
+        errors=ErrorsConfig(
+            actions=MappingProxyType(_prefixed(values, _ACTIONS)), command_retry=values["errors.command_retry"]
+        ),
     )

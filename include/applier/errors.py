@@ -137,6 +137,11 @@ ERROR_CLASSES: Mapping[str, bool] = {
 }
 
 
+# The line the apply job prints after a target error that is not transient, so
+# that its scheduler fails the task instead of retrying it.
+PERMANENT_LINE = "applier: permanent target error: a retry fails the same way until the data or the target changes"
+
+
 class TargetError(ApplierError):
     """Writing to the target failed; the cycle was not committed.
 
@@ -146,23 +151,53 @@ class TargetError(ApplierError):
             timeout, a lost connection, a deadlock): the engine retries the
             cycle (``apply.transient_retries``) before it gives up. By
             default, what the class says.
+        table: the table it arose at, when known.
+        code: the target's own code for it (a SQLSTATE, a delta-rs exception name), when known.
     """
 
     exit_code = 4
 
-    def __init__(self, message: str, *, transient: bool | None = None, error_class: str = "other") -> None:
+    def __init__(
+        self,
+        message: str,
+        *,
+        transient: bool | None = None,
+        error_class: str = "other",
+        table: str | None = None,
+        code: str | None = None,
+    ) -> None:
         if error_class not in ERROR_CLASSES:
             raise ValueError(f"unknown target error class {error_class!r}")
         self.error_class = error_class
         self.transient = ERROR_CLASSES[error_class] if transient is None else transient
+        self.table = table
+        self.code = code
         super().__init__(message)
 
     def __reduce__(self) -> tuple[Any, ...]:
-        return (_target_error, (self.args[0] if self.args else "", self.transient, self.error_class))
+        message = self.args[0] if self.args else ""
+        return (_target_error, (message, self.transient, self.error_class, self.table, self.code))
 
 
-def _target_error(message: str, transient: bool, error_class: str = "other") -> TargetError:
-    return TargetError(message, transient=transient, error_class=error_class)
+def _target_error(
+    message: str, transient: bool, error_class: str = "other", table: str | None = None, code: str | None = None
+) -> TargetError:
+    return TargetError(message, transient=transient, error_class=error_class, table=table, code=code)
+
+
+class TransactionStoppedError(TargetError):
+    """A source transaction failed alone and its error action stops the run (``errors.actions.<class>: stop``).
+
+    Every transaction before it was applied and checkpointed; the message
+    names it (xid, commit lsn, pair), the table and the target's error.
+
+    Attributes:
+        xid: the failing transaction.
+    """
+
+    def __init__(self, message: str, *, xid: str, cause: TargetError) -> None:
+        super().__init__(message, transient=False, error_class=cause.error_class, table=cause.table, code=cause.code)
+        self.xid = xid
 
 
 class ValidationError(ApplierError):

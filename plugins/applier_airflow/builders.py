@@ -18,6 +18,7 @@ from psycopg.conninfo import make_conninfo
 
 from applier.config import TargetConfig
 from applier.engine.ledger import RunRecord
+from applier.errors import PERMANENT_LINE
 
 DEFAULT_SCHEDULE = "*/5 * * * *"
 NO_SCHEDULE = ("none", "manual")
@@ -237,7 +238,8 @@ def submit_outcome(message: str) -> tuple[str, str]:
         ``(outcome, reason)``: ``skip`` when another run holds the
         configuration's run lock (exit code 6; this run changed nothing and the
         next scheduled run picks up the backlog), ``fail`` for what a retry
-        cannot fix (:data:`NOT_RETRIED`), otherwise ``retry`` with the message
+        cannot fix (:data:`NOT_RETRIED`, and a target error the job called
+        permanent, :data:`PERMANENT_LINE`), otherwise ``retry`` with the message
         as it is (the DAG's retries decide).
     """
     code, error = submit_failure(message)
@@ -246,6 +248,8 @@ def submit_outcome(message: str) -> tuple[str, str]:
         return "skip", f"skipped (exit code {code}): {held}; the next scheduled run picks up the backlog"
     if code in NOT_RETRIED:
         return "fail", f"{NOT_RETRIED[code]} (exit code {code}): {error}"
+    if code == 4 and PERMANENT_LINE in message:
+        return "fail", f"permanent target error (exit code {code}): {error}"
     return "retry", message
 
 

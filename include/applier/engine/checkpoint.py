@@ -97,27 +97,44 @@ def _checkpoint_problem(data: Any) -> str | None:
 
 @dataclass(frozen=True)
 class Intent:
-    """The pairs cycle ``cycle_id`` takes, recorded before the target is touched."""
+    """The pairs cycle ``cycle_id`` takes, recorded before the target is touched.
+
+    A cycle applied in parts (:mod:`applier.engine.units`) also records its
+    progress, its transactions numbered in commit order: ``through``, how many
+    are applied or passed (an error action let them by); ``part_end``, the end
+    of the part under way (0: none). A re-run applies that same part first, so
+    a target committing table by table sees the part it may half hold.
+    """
 
     cycle_id: int
     seqs: list[int]
+    through: int = 0
+    part_end: int = 0
 
     @staticmethod
     def from_json(data: Any) -> Intent:
         """The intent ``data`` holds.
 
         Raises:
-            ValueError: ``data`` is not ``{"cycle_id": n >= 1, "seqs": [pairs in order]}``.
+            ValueError: ``data`` is not ``{"cycle_id": n >= 1, "seqs": [pairs in order]}``,
+                with ``through`` and ``part_end`` optional whole numbers.
         """
-        if not isinstance(data, dict) or set(data) != {"cycle_id", "seqs"}:
-            raise ValueError('it is not an object of exactly "cycle_id" and "seqs"')
+        if not isinstance(data, dict) or not {"cycle_id", "seqs"} <= set(data) <= _INTENT_KEYS:
+            raise ValueError('it is not an object of "cycle_id" and "seqs" (and "through", "part_end")')
         cycle_id, seqs = data["cycle_id"], data["seqs"]
         if type(cycle_id) is not int or cycle_id < 1:
             raise ValueError(f"cycle_id is {cycle_id!r}, not a whole number >= 1")
         ordered = isinstance(seqs, list) and all(type(x) is int and x >= 1 for x in seqs)
         if not ordered or not seqs or seqs != list(range(seqs[0], seqs[0] + len(seqs))):
             raise ValueError(f"seqs is {seqs!r}, not consecutive pair numbers")
-        return Intent(cycle_id, seqs)
+        through, part_end = data.get("through", 0), data.get("part_end", 0)
+        whole = type(through) is int and type(part_end) is int
+        if not whole or through < 0 or not (part_end == 0 or part_end > through):
+            raise ValueError(f"through {through!r} and part_end {part_end!r} are not a part's progress")
+        return Intent(cycle_id, seqs, through, part_end)
+
+
+_INTENT_KEYS = {"cycle_id", "seqs", "through", "part_end"}
 
 
 def write_atomically(path: Path, data: dict[str, Any]) -> None:

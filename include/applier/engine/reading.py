@@ -46,6 +46,8 @@ class CycleInput:
         tables_of: xid -> the tables its rows in these pairs change.
         truncates: ``(xid, (table, lsn))`` of every ``T`` row in these pairs.
         table_rows: rows per table in these pairs (of any transaction).
+        xid_rows: rows per transaction in these pairs.
+        commit_seqs: xid -> the pair whose ``.trn`` holds its commit.
         read_seconds: how long reading and checking the pairs took.
     """
 
@@ -59,6 +61,8 @@ class CycleInput:
     tables_of: dict[str, set[str]] = field(default_factory=dict)
     truncates: list[tuple[str, Truncate]] = field(default_factory=list)
     table_rows: Counter[str] = field(default_factory=Counter)
+    xid_rows: Counter[str] = field(default_factory=Counter)
+    commit_seqs: dict[str, int] = field(default_factory=dict)
     read_seconds: float = 0.0
 
     @property
@@ -69,7 +73,10 @@ class CycleInput:
 def _note_pair(into: CycleInput, pair: Pair) -> None:
     into.pairs.append(pair.ref)
     into.rows_read += pair.data.num_rows
-    into.xids_by_seq[pair.seq] = set(pc.unique(pair.data["xid"]).to_pylist())
+    by_xid = pc.value_counts(pair.data["xid"])
+    xids = by_xid.field("values").to_pylist()
+    into.xids_by_seq[pair.seq] = set(xids)
+    into.xid_rows.update(dict(zip(xids, by_xid.field("counts").to_pylist(), strict=True)))
     for xid, table in table_touches(pair.data):
         into.tables_of.setdefault(xid, set()).add(table)
     into.truncates.extend(truncate_rows(pair.data))
@@ -79,6 +86,7 @@ def _note_pair(into: CycleInput, pair: Pair) -> None:
     for event in pair.events:
         if event.record == "commit":
             into.commits[event.xid] = event.lsn
+            into.commit_seqs[event.xid] = pair.seq
         elif event.record == "rollback":
             into.rollbacks.add(event.xid)
         else:

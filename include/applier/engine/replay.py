@@ -193,8 +193,12 @@ class ReplayApplier(Applier):
             self.queue,
         )
 
-    def _record_intent(self, intent: Intent) -> None:
+    def _record_intent(self, intent: Intent) -> Intent:
         """No intent: a replay re-run after a crash recomputes its plan from the target."""
+        return intent
+
+    def _save_intent(self, intent: Intent) -> Intent:
+        return intent
 
     def _commit(self, before: Checkpoint, after: Checkpoint, report: CycleReport) -> Checkpoint:
         """No checkpoint: the real one is already past the replayed cycles."""

@@ -45,6 +45,8 @@ class CycleReport:
     driver_start_rss_mib: float = 0.0
     queue: dict[str, Any] = field(default_factory=dict)
     compiled_file_bytes: int = 0
+    groups: list[dict[str, Any]] = field(default_factory=list)
+    exceptions: list[dict[str, Any]] = field(default_factory=list)
 
     @contextmanager
     def phase(self, name: str) -> Iterator[None]:

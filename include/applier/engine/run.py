@@ -35,11 +35,10 @@ from applier.engine.compiled import CompiledCycle
 from applier.engine.driver_memory import return_freed_memory
 from applier.engine.ledger import Clock, LedgerCycle, RunJournal, RunLedger, utc_now
 from applier.engine.ledger_cycles import RECENT_CYCLES, CycleTally
+from applier.engine.parts import PartContext, cycle_parts
 from applier.engine.queue import MemoryQueue
 from applier.engine.reading import CycleInput, buffer_open_rows, missing_pair_error, read_cycle, reread_window
 from applier.engine.report import CycleReport, append_report, peak_rss_mib
-from applier.engine.retry import RetryPolicy
-from applier.engine.sparkapply import apply_committed
 from applier.engine.spill import COMMITTED_PART, SPILL_SUFFIX
 from applier.errors import TargetError
 from applier.intermediate.pairs import PairRef, list_pairs
@@ -290,16 +289,32 @@ class Applier:
                 self.buffers.discard(xid)
             taken, memory_file = self.buffers.take_committed(cycle.commits, self._memory_file)
             return_freed_memory()  # the pairs read, and the rows just written out for Spark
-        self._record_intent(Intent(cycle_id, report.seqs))
+        intent = self._record_intent(Intent(cycle_id, report.seqs))
         applied_seq = report.seqs[-1]
         applied_commit_lsn = max(cycle.commits.values(), default=checkpoint.applied_commit_lsn)
         restart_seq = validator.restart_seq(applied_seq)
         position = dict(applied_seq=applied_seq, applied_commit_lsn=applied_commit_lsn or 0, restart_seq=restart_seq)
         known: dict[str, int] = {}
-        changed = apply_committed(
-            *(self.spark, self.target, cycle_id, cycle, taken, validator.state.tables, report, position),
-            *(self.holder, memory_file, RetryPolicy.of(self.config.apply), known),
-        )
+        try:
+            context = PartContext(
+                *(
+                    self.spark,
+                    self.target,
+                    self.config,
+                    self._save_intent,
+                    cycle_id,
+                    cycle,
+                    taken,
+                    validator.state.tables,
+                ),
+                *(report, position, self.holder, memory_file, known),
+            )
+            parts = cycle_parts(context)
+            changed = parts.apply_from(*self._resume_at(intent))
+        finally:
+            if memory_file is not None:
+                memory_file.unlink(missing_ok=True)
+        report.groups, report.exceptions = parts.groups, parts.passed
         counts = dict(checkpoint.row_counts)
         for table, (truncated, delta) in changed.items():
             counts[table] = (0 if truncated else counts.get(table, 0)) + delta
@@ -331,8 +346,21 @@ class Applier:
         self._file_report(report)
         return checkpoint, report
 
-    def _record_intent(self, intent: Intent) -> None:
+    def _record_intent(self, intent: Intent) -> Intent:
+        """Record the cycle's pairs; a cycle begun in parts before keeps its progress (the same pairs)."""
+        begun = self.store.load_intent()
+        if begun is not None and (begun.cycle_id, begun.seqs) == (intent.cycle_id, intent.seqs):
+            intent = begun
+        return self._save_intent(intent)
+
+    def _save_intent(self, intent: Intent) -> Intent:
         self.store.save_intent(intent)
+        return intent
+
+    def _resume_at(self, intent: Intent) -> tuple[int, int]:
+        """Where a cycle begun in parts goes on: ``(through, part_end)``, the target's answer if it is ahead."""
+        held = self.target.applied_through(intent.cycle_id)
+        return (held, 0) if held > intent.through else (intent.through, intent.part_end)
 
     def _commit(self, before: Checkpoint, after: Checkpoint, report: CycleReport) -> Checkpoint:
         """Record the cycle in the ledger, then write its checkpoint.

@@ -8,7 +8,8 @@ the target applies them in one commit per table tagged with the cycle.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -25,7 +26,7 @@ from applier.engine.spill import read_spill
 from applier.engine.touches import last_truncates
 from applier.engine.worker_path import trim_import_caches
 from applier.intermediate.schema import TableDef
-from applier.targets import Target
+from applier.targets import Part, Target
 
 CompiledFactory = Callable[[Mapping[str, TableDef], frozenset[str]], CompiledCycle]
 """Makes the holder of a cycle's compiled tables: ``(definitions, truncated tables) -> CompiledCycle``."""
@@ -81,6 +82,7 @@ def apply_committed(
     memory_file: Path | None = None,
     retry: RetryPolicy = NO_RETRY,
     held: dict[str, int] | None = None,
+    part: Part | None = None,
 ) -> dict[str, tuple[bool, int]]:
     """Compile and apply the cycle's committed transactions.
 
@@ -96,11 +98,14 @@ def apply_committed(
         holder: makes the compiled cycle's holder (its queue and spill folder).
         memory_file: the committed transactions' rows that were still in memory
             (:meth:`~applier.engine.buffers.TransactionBuffers.take_committed`);
-            removed once the cycle is applied.
+            the caller removes it once the cycle is applied.
         retry: how a transient target error is retried (the compiled cycle is
             kept until the last attempt).
         held: filled with the cycle each table holds afterwards, where the
             target told it (:attr:`~applier.targets.CycleLoad.held`).
+        part: the cycle's transactions to apply, when not all of them: ``cycle``
+            and ``taken`` hold only those (:func:`narrowed`), and the target
+            records the part.
 
     Returns:
         For each table changed: whether it was truncated, and the change in its
@@ -138,21 +143,44 @@ def apply_committed(
             raise
     try:
         with report.phase("tables"):
-            load = retry.run(lambda: target.apply_cycle(cycle_id, compiled, position), f"cycle {cycle_id}")
+            what = f"cycle {cycle_id}" + ("" if part is None else f" (transactions {part.start}..{part.end - 1})")
+            load = retry.run(lambda: target.apply_cycle(cycle_id, compiled, position, part), what)
     finally:
-        report.compiled_file_bytes = compiled.file_bytes
+        report.compiled_file_bytes += compiled.file_bytes
         compiled.close()
-        if memory_file is not None:
-            memory_file.unlink(missing_ok=True)
         report.spill_created.extend(compiled.spill_created)
         report.spill_removed.extend(compiled.spill_removed)
     report.skipped_tables.extend(load.skipped_tables)
     report.table_seconds.update(load.table_seconds)
-    report.load_batches = load.batches
+    report.load_batches.extend(load.batches)
     held.update(load.held)
     report.spill_created.extend(load.spill_created)
     report.spill_removed.extend(load.spill_removed)
     return {name: _record(report, name, compiled) for name in sorted(compiled)}
+
+
+def narrowed(
+    cycle: CycleInput, taken: Mapping[str, BufferedTxn], xids: Collection[str]
+) -> tuple[CycleInput, dict[str, BufferedTxn]]:
+    """``cycle`` and ``taken`` with only the committed transactions ``xids`` (a part of the cycle)."""
+    keep = set(xids)
+    part = replace(
+        cycle,
+        commits={x: lsn for x, lsn in cycle.commits.items() if x in keep},
+        truncates=[t for t in cycle.truncates if t[0] in keep],
+    )
+    return part, {x: t for x, t in taken.items() if x in keep}
+
+
+def transaction_rows(
+    spark: Any, cycle: CycleInput, taken: Mapping[str, BufferedTxn], memory_file: Path | None, xid: str
+) -> pa.Table:
+    """Every change of committed transaction ``xid`` as the pairs hold it, in lsn order (an exceptions record)."""
+    one, mine = narrowed(cycle, taken, [xid])
+    rows = _committed_input(spark, one, mine, memory_file)
+    if rows is None:
+        return pa.table({name: [] for name in ("lsn", "xid", "table", "op", "before", "after")})
+    return rows.filter(rows.xid == xid).orderBy("lsn").toArrow()
 
 
 def _table_weights(cycle: CycleInput, taken: Mapping[str, BufferedTxn]) -> dict[str, float]:
@@ -167,10 +195,13 @@ def _table_weights(cycle: CycleInput, taken: Mapping[str, BufferedTxn]) -> dict[
 def _record(report: CycleReport, name: str, compiled: CompiledCycle) -> tuple[bool, int]:
     """Put one table's figures in the report; return (truncated, row-count change)."""
     stats = compiled.stats(name)
-    report.net_rows[name] = {op: n for op, n in stats.items() if n}
+    net = report.net_rows.setdefault(name, {})  # a cycle applied in parts adds each part's
+    for op, n in stats.items():
+        if n:
+            net[op] = net.get(op, 0) + n
     truncated = name in compiled.truncated
-    if truncated:
-        report.log_order_segments.append(f"{name}: truncate")
+    segments = [f"{name}: truncate"] if truncated else []
     if not compiled.tables[name].primary_key:
-        report.log_order_segments.append(f"{name}: rows without primary key")
+        segments.append(f"{name}: rows without primary key")
+    report.log_order_segments.extend(s for s in segments if s not in report.log_order_segments)
     return truncated, stats.get("I", 0) - stats.get("D", 0)

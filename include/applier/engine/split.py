@@ -7,7 +7,7 @@ commit order. A group of fewer commands than ``apply.compile_retry_threshold``,
 or of one transaction, is not compiled again: its transactions are applied one
 at a time in log order, which names the failing transaction. Every
 transaction before it is applied; what happens to it, and to those after it,
-is the error action's decision (``stops``).
+is the error action's decision (``on_failure``).
 
 With one failing transaction among ``n``, each level of splitting costs one
 failed attempt and ``split - 1`` that succeed, so the attempts are at most
@@ -63,10 +63,11 @@ def in_log_order(group: Group, reason: str) -> list[Group]:
 def enhanced_retry(
     failed: Group,
     apply: Callable[[Group], None],
-    stops: Callable[[Exception], bool],
+    on_failure: Callable[[Group, Exception], bool],
     *,
     split: int = 3,
     threshold: int = 100,
+    permanent: Callable[[Exception], bool] = lambda e: True,
 ) -> RetryOutcome:
     """Apply the transactions of a compiled group that failed once, finding those that fail.
 
@@ -74,9 +75,13 @@ def enhanced_retry(
         failed: the group whose compiled apply just failed (and was rolled back).
         apply: applies a group in one target transaction, or raises and leaves
             nothing of it (a permanent error: transient ones are retried by the caller).
-        stops: whether a failing transaction's error stops the run (its action).
+        on_failure: given a transaction that failed alone in log order and its
+            error, carries out the error's action (retry, log, pass) and
+            answers whether it stops the run; nothing after it is tried then.
         split: parts a failing group is split into.
         threshold: groups of fewer commands go to log order, transaction by transaction.
+        permanent: whether an error is one splitting can find the cause of;
+            any other (a transient error past its retries) is raised at once.
 
     Returns:
         The outcome; ``attempts`` counts the failed first apply too.
@@ -90,6 +95,8 @@ def enhanced_retry(
         try:
             apply(group)
         except Exception as e:  # the target's permanent error: find the failing transaction
+            if not permanent(e):
+                raise
             settle(group, e)
             return
         outcome.applied.append(group)
@@ -97,7 +104,7 @@ def enhanced_retry(
     def settle(group: Group, error: Exception) -> None:
         if not group.compiled:  # one transaction, alone in log order: it is the failing one
             outcome.failed.append((group, error))
-            outcome.stopped = stops(error)
+            outcome.stopped = on_failure(group, error)
             return
         narrow(group)
 
@@ -123,4 +130,3 @@ def attempt_bound(transactions: int, split: int, leaf: int) -> int:
     """
     levels = math.ceil(math.log(max(transactions / max(leaf, 1), 1), split))
     return 1 + split * levels + max(leaf, 1)
-

@@ -1,0 +1,118 @@
+"""The apply step of one cycle: its committed transactions compiled and applied whole, or part by part.
+
+:mod:`applier.engine.units` decides the parts and the error actions; this
+module gives it the cycle's hands: compiling and applying a part with Spark
+(:func:`~applier.engine.sparkapply.apply_committed`), passing a refused
+transaction on the target (with its changes, read back from the pairs, when
+its action logs it), and recording progress in the intent.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from applier.config import Config
+from applier.engine.buffers import BufferedTxn
+from applier.engine.checkpoint import Intent
+from applier.engine.reading import CycleInput
+from applier.engine.report import CycleReport
+from applier.engine.retry import RetryPolicy
+from applier.engine.sparkapply import CompiledFactory, apply_committed, narrowed, transaction_rows
+from applier.engine.units import Changed, CycleParts, commit_order
+from applier.errors import TargetError
+from applier.intermediate.pairs import pair_name
+from applier.intermediate.schema import TableDef
+from applier.targets import Part, PassedTransaction, Target
+
+
+@dataclass
+class PartContext:
+    """Everything applying a cycle's parts needs (see :func:`~applier.engine.sparkapply.apply_committed`)."""
+
+    spark: Any
+    target: Target
+    config: Config
+    record_intent: Callable[[Intent], Intent]
+    cycle_id: int
+    cycle: CycleInput
+    taken: Mapping[str, BufferedTxn]
+    tables: Mapping[str, TableDef]
+    report: CycleReport
+    position: Mapping[str, int]
+    holder: CompiledFactory
+    memory_file: Path | None
+    held: dict[str, int]
+
+
+def cycle_parts(context: PartContext) -> CycleParts:
+    """The cycle's transactions in commit order, ready to apply whole or from where its intent left off.
+
+    A target whose cycle commit is not atomic across tables (Delta) does not
+    split a refused group: a table that committed the group before another
+    refused it would keep the failing transaction's changes. Its refusal
+    stops the cycle whole, as before.
+    """
+    c = context
+    order = commit_order(c.cycle.commits)
+    commands = dict(c.cycle.xid_rows)
+    for xid, txn in c.taken.items():
+        commands[xid] = commands.get(xid, 0) + txn.rows
+    apply = c.config.apply
+    return CycleParts(
+        cycle_id=c.cycle_id,
+        order=order,
+        commands=commands,
+        commit_lsns=c.cycle.commits,
+        apply_part=lambda part, xids: _apply_part(c, part, xids),
+        pass_transaction=lambda part, xid, error, action: _pass(c, part, xid, error, action),
+        progress=lambda through, end: _progress(c, len(order), through, end),
+        describe=lambda xid: describe(c.cycle, xid),
+        errors=c.config.errors,
+        split=apply.retry_split,
+        threshold=apply.compile_retry_threshold,
+        splits=c.target.atomic_cycles,
+    )
+
+
+def describe(cycle: CycleInput, xid: str) -> str:
+    """A committed transaction named for an operator: xid, commit lsn and the pair of its commit."""
+    seq = cycle.commit_seqs.get(xid)
+    pair = f", pair {pair_name(seq)}" if seq is not None else ""
+    return f"transaction {xid} (commit lsn {cycle.commits[xid]}{pair})"
+
+
+def _apply_part(c: PartContext, part: Part, xids: Sequence[str]) -> Changed:
+    whole = part.start == 0 and part.final
+    cycle, taken = (c.cycle, c.taken) if whole else narrowed(c.cycle, c.taken, xids)
+    return apply_committed(
+        *(c.spark, c.target, c.cycle_id, cycle, taken, c.tables, c.report, c.position),
+        *(c.holder, c.memory_file, RetryPolicy.of(c.config.apply), c.held),
+        part=None if whole else part,
+    )
+
+
+def _pass(c: PartContext, part: Part, xid: str, error: TargetError, action: str) -> None:
+    logged = action in ("log", "retry_log")
+    passed = PassedTransaction(
+        cycle_id=c.cycle_id,
+        xid=xid,
+        commit_lsn=c.cycle.commits[xid],
+        pair_seq=c.cycle.commit_seqs.get(xid, 0),
+        error_class=error.error_class,
+        code=error.code,
+        table=error.table,
+        message=str(error),
+        action=action,
+        changes=transaction_rows(c.spark, c.cycle, c.taken, c.memory_file, xid) if logged else None,
+    )
+    c.target.pass_transaction(c.cycle_id, part, c.position, passed)
+
+
+def _progress(c: PartContext, total: int, through: int, part_end: int) -> None:
+    """Record how far the cycle went; nothing while it is applied whole (the checkpoint follows)."""
+    if (through, part_end) in ((0, total), (total, 0)):
+        return
+    c.record_intent(Intent(c.cycle_id, c.report.seqs, through, part_end))

@@ -1,0 +1,195 @@
+"""A cycle applied in parts when a compiled group fails: find the failing transaction, then do what its error says.
+
+The *apply* step's slow path (SAP Replication Server's HVAR enhanced retry).
+A cycle normally compiles and applies as one group. When the target refuses
+it with a permanent error (a CHECK constraint, a unique index, a value out of
+range), the group was rolled back whole; :func:`~applier.engine.split.enhanced_retry`
+then splits it into ``apply.retry_split`` groups, retried in commit order,
+down to single transactions below ``apply.compile_retry_threshold`` commands.
+Every transaction before a failing one is applied; the failing one meets its
+error action (``errors.actions.<class>``):
+
+- ``retry_stop`` / ``retry_log``: tried again ``errors.command_retry`` times;
+- ``stop``: the run stops (exit 4) naming the transaction, its commit, its pair,
+  the table and the error; everything before it stays applied and checkpointed;
+- ``log``: passed, and kept with every change in the target's exceptions store;
+- ``warn``: passed with a warning; ``ignore``: passed quietly.
+
+Exactly once inside a cycle: transactions are numbered in commit order, and
+each part ``[start, end)`` is recorded in the intent before the target is
+touched and after it committed (:class:`~applier.engine.checkpoint.Intent`);
+the target tags what it commits with the part's end
+(:class:`~applier.targets.Part`), so a re-run resumes at the first
+transaction not applied or passed, re-applying the part under way first.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+
+from applier.config import ErrorsConfig
+from applier.engine.groups import Group, TxnShape
+from applier.engine.split import enhanced_retry
+from applier.errors import TargetError, TransactionStoppedError
+from applier.targets import Part
+
+log = logging.getLogger("applier")
+
+Changed = dict[str, tuple[bool, int]]
+"""Per table: whether it was truncated, and the change in its row count."""
+
+
+def commit_order(commits: Mapping[str, int]) -> list[str]:
+    """The committed transactions in commit order (by commit lsn; xid for a tie, which the spec rules out)."""
+    return sorted(commits, key=lambda xid: (commits[xid], xid))
+
+
+def then(before: Changed, after: Changed) -> Changed:
+    """The row-count changes of one part followed by the next's."""
+    out = dict(before)
+    for table, (truncated, delta) in after.items():
+        was_truncated, was = out.get(table, (False, 0))
+        out[table] = (True, delta) if truncated else (was_truncated, was + delta)
+    return out
+
+
+@dataclass
+class CycleParts:
+    """One cycle's committed transactions, applied part by part from where its intent left off.
+
+    Args:
+        cycle_id: the cycle.
+        order: its committed transactions in commit order (:func:`commit_order`).
+        commands: rows per transaction (for the retry threshold).
+        apply_part: compiles and applies the transactions of a part in one
+            target commit (transient errors already retried); raises
+            :class:`TargetError` leaving nothing of it.
+        pass_transaction: moves the target past a part of one failing
+            transaction that its action lets by, keeping it when it logs it.
+        progress: records ``(through, part_end)`` in the intent.
+        describe: names a transaction for messages (xid, commit lsn, pair).
+        errors: the error actions.
+        split: parts per split; ``threshold``: commands under which a group goes to log order.
+        splits: whether a refused group is split (the target rolls a failed
+            part back whole); if not, the refusal stops the cycle.
+    """
+
+    cycle_id: int
+    order: Sequence[str]
+    commands: Mapping[str, int]
+    commit_lsns: Mapping[str, int]
+    apply_part: Callable[[Part, Sequence[str]], Changed]
+    pass_transaction: Callable[[Part, str, TargetError, str], None]
+    progress: Callable[[int, int], None]
+    describe: Callable[[str], str]
+    errors: ErrorsConfig
+    split: int = 3
+    threshold: int = 100
+    splits: bool = True
+    changed: Changed = field(default_factory=dict)
+    groups: list[dict[str, object]] = field(default_factory=list)
+    passed: list[dict[str, object]] = field(default_factory=list)
+    _index: dict[str, int] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        self._index = {xid: i for i, xid in enumerate(self.order)}
+
+    def apply_whole(self) -> Changed:
+        """Apply the cycle as one group; on a permanent refusal, find and settle the failing transactions.
+
+        Raises:
+            TransactionStoppedError: a failing transaction's action stops the run.
+            TargetError: a transient error past its retries, or the target failed otherwise.
+        """
+        return self.apply_from(0, 0)
+
+    def apply_from(self, through: int, part_end: int) -> Changed:
+        """Apply the transactions from ``through`` on: first the part under way up to ``part_end``, if any."""
+        if part_end:
+            self._group(through, part_end)
+            through = part_end
+        if through < len(self.order):
+            self._group(through, len(self.order))
+        return self.changed
+
+    def _group(self, start: int, end: int) -> None:
+        group = Group(tuple(self._shape(xid) for xid in self.order[start:end]))
+        try:
+            self._apply(group)
+            return
+        except TargetError as e:
+            if e.transient or not self.splits:
+                raise
+            log.warning(
+                "cycle %d: transactions %d..%d (%d) were refused as one group (%s); splitting it to find the "
+                "failing transaction",
+                *(self.cycle_id, start, end - 1, end - start, e),
+            )
+        outcome = enhanced_retry(
+            group,
+            self._apply,
+            self._settle,
+            split=self.split,
+            threshold=self.threshold,
+            permanent=lambda e: isinstance(e, TargetError) and not e.transient,
+        )
+        self.groups.append(
+            {"transactions": end - start, "commands": group.commands, "attempts": outcome.attempts, "mode": "retry"}
+        )
+        if outcome.stopped:
+            failed, error = outcome.failed[-1]
+            raise self._stop(failed.txns[0].xid, error)
+
+    def _shape(self, xid: str) -> TxnShape:
+        return TxnShape(xid, self.commit_lsns[xid], self.commands.get(xid, 0), 0)
+
+    def _part(self, group: Group) -> Part:
+        return Part(self._index[group.txns[0].xid], self._index[group.txns[-1].xid] + 1, len(self.order))
+
+    def _apply(self, group: Group) -> None:
+        part = self._part(group)
+        self.progress(part.start, part.end)
+        changed = self.apply_part(part, [t.xid for t in group.txns])
+        self.changed = then(self.changed, changed)
+        self.progress(part.end, 0)
+
+    def _settle(self, group: Group, error: Exception) -> bool:
+        """Carry out the action for one transaction that failed alone; True when it stops the run."""
+        assert isinstance(error, TargetError)
+        xid = group.txns[0].xid
+        action = self.errors.action(error.error_class)
+        if action.startswith("retry_"):
+            for _ in range(self.errors.command_retry):
+                try:
+                    self._apply(group)
+                    return False
+                except TargetError as e:
+                    if e.transient:
+                        raise
+                    error = e
+            action = action.removeprefix("retry_")
+        if action == "stop":
+            return True
+        part = self._part(group)
+        self.pass_transaction(part, xid, error, action)
+        self.progress(part.end, 0)
+        self.passed.append({"xid": xid, "action": action, "class": error.error_class, "table": error.table})
+        (log.info if action == "ignore" else log.warning)(
+            "cycle %d: %s was refused and passed (errors.actions.%s: %s): %s",
+            *(self.cycle_id, self.describe(xid), error.error_class, action, error),
+        )
+        return False
+
+    def _stop(self, xid: str, error: Exception) -> TransactionStoppedError:
+        assert isinstance(error, TargetError)
+        before = self._index[xid]
+        return TransactionStoppedError(
+            f"cycle {self.cycle_id}: {self.describe(xid)} was refused, and errors.actions.{error.error_class} is "
+            f"{self.errors.action(error.error_class)}: {error}. The cycle's {before} transactions before it are "
+            f"applied and checkpointed; fix the cause (or set errors.actions.{error.error_class} to log to keep it "
+            "in the exceptions store) and run again",
+            xid=xid,
+            cause=error,
+        )

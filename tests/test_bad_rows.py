@@ -1,0 +1,149 @@
+"""One bad row costs one transaction: the enhanced retry finds it, its error action decides (PostgreSQL).
+
+The target table carries a CHECK constraint and a unique index the source
+does not have. 1,000 transactions of 10 rows each commit in one cycle; one
+(then three) of them break a constraint.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import pytest
+
+from applier.engine.checkpoint import CheckpointStore
+from applier.engine.split import attempt_bound
+from applier.errors import TransactionStoppedError
+from engine_support import make_config, run
+from handmade import event, row, write_pair
+
+pytestmark = [pytest.mark.spark, pytest.mark.postgres]
+
+ITEMS = {
+    "columns": [
+        {"name": "id", "type": "bigint", "nullable": False},
+        {"name": "qty", "type": "int", "nullable": True},
+        {"name": "sku", "type": "string", "nullable": True},
+    ],
+    "primary_key": ["id"],
+}
+TRANSACTIONS, ROWS_EACH, THRESHOLD = 1_000, 10, 100
+
+
+def write_workload(directory: Path, bad_check: set[int], bad_unique: set[int]) -> None:
+    """4 pairs of 250 transactions; transaction t inserts ids 10t..10t+9, or breaks a constraint."""
+    lsn = 1
+    for seq in range(1, 5):
+        rows, events = [], []
+        for t in range((seq - 1) * 250, seq * 250):
+            xid = f"x{t}"
+            events.append(event("begin", xid, lsn))
+            lsn += 1
+            for k in range(ROWS_EACH):
+                ident = t * ROWS_EACH + k
+                qty = -1 if t in bad_check and k == 3 else k
+                sku = "s0" if t in bad_unique and k == 5 else f"s{ident}"
+                rows.append(row(lsn, xid, "I", after={"id": ident, "qty": qty, "sku": sku}, table="shop.items"))
+                lsn += 1
+            events.append(event("commit", xid, lsn))
+            lsn += 1
+        write_pair(directory, seq, rows, events, tables={"shop.items": ITEMS})
+
+
+def constrained_target(url: str) -> None:
+    with psycopg.connect(url) as conn:
+        conn.execute("CREATE SCHEMA shop")
+        conn.execute("CREATE TABLE shop.items (id bigint PRIMARY KEY, qty integer, sku text)")
+        conn.execute("ALTER TABLE shop.items ADD CONSTRAINT qty_not_negative CHECK (qty >= 0)")
+        conn.execute("CREATE UNIQUE INDEX items_sku ON shop.items (sku)")
+
+
+def ids(url: str) -> set[int]:
+    with psycopg.connect(url) as conn:
+        return {r[0] for r in conn.execute("SELECT id FROM shop.items")}
+
+
+def ids_of(transactions: range | set[int]) -> set[int]:
+    return {t * ROWS_EACH + k for t in transactions for k in range(ROWS_EACH)}
+
+
+def configured(tmp_path: Path, url: str, *extra: str) -> Any:
+    return make_config(
+        tmp_path,
+        tmp_path / "pairs",
+        ["target.type=postgres", f"target.url={url}", *extra],
+        compile_retry_threshold=THRESHOLD,
+        transient_retries=0,
+    )
+
+
+def test_with_stop_exactly_the_transactions_before_the_bad_one_are_applied_and_checkpointed(
+    tmp_path: Path, spark: Any, pg_url: str
+) -> None:
+    write_workload(tmp_path / "pairs", bad_check={617}, bad_unique=set())
+    constrained_target(pg_url)
+    config = configured(tmp_path, pg_url)
+    with pytest.raises(TransactionStoppedError) as stopped:
+        run(config, spark)
+    message = str(stopped.value)
+    assert "transaction x617 (commit lsn" in message and "pair 000000000003" in message
+    assert "table shop.items" in message and "qty_not_negative" in message and "errors.actions.check is stop" in message
+    assert stopped.value.exit_code == 4 and "\n" not in message
+    assert ids(pg_url) == ids_of(range(617))
+    intent = CheckpointStore(config.work_dir).load_intent()
+    assert intent is not None and intent.through == 617
+    with psycopg.connect(pg_url) as conn:
+        assert conn.execute("SELECT cycle_id, part_through FROM applier_checkpoint").fetchone() == (0, 617)
+
+    # The next run stops at the same transaction, having applied nothing twice.
+    with pytest.raises(TransactionStoppedError, match="x617"):
+        run(config, spark)
+    assert ids(pg_url) == ids_of(range(617))
+
+    # Once the operator fixes the target, the cycle finishes: every transaction exactly once.
+    with psycopg.connect(pg_url) as conn:
+        conn.execute("ALTER TABLE shop.items DROP CONSTRAINT qty_not_negative")
+    summary = run(config, spark)
+    assert summary.checkpoint.cycle_id == 1 and summary.committed == TRANSACTIONS
+    assert ids(pg_url) == ids_of(range(TRANSACTIONS))
+    assert CheckpointStore(config.work_dir).load_intent() is None
+
+
+def test_with_log_the_good_transactions_are_applied_and_the_bad_ones_kept_with_every_change(
+    tmp_path: Path, spark: Any, pg_url: str
+) -> None:
+    bad_check, bad_unique = {3, 500}, {999}
+    write_workload(tmp_path / "pairs", bad_check, bad_unique)
+    constrained_target(pg_url)
+    config = configured(tmp_path, pg_url, "errors.actions.check=log", "errors.actions.unique=log")
+    summary = run(config, spark)
+    bad = bad_check | bad_unique
+    assert ids(pg_url) == ids_of(set(range(TRANSACTIONS)) - bad)
+    assert summary.checkpoint.cycle_id == 1
+    report = summary.reports[-1]
+    assert sorted((e["xid"], e["class"], e["action"]) for e in report.exceptions) == [
+        ("x3", "check", "log"),
+        ("x500", "check", "log"),
+        ("x999", "unique", "log"),
+    ]
+    (group,) = report.groups
+    leaf = math.ceil(THRESHOLD / ROWS_EACH) - 1  # the most transactions of a group under the threshold
+    assert group["attempts"] <= len(bad) * attempt_bound(TRANSACTIONS, 3, leaf), group
+    with psycopg.connect(pg_url) as conn:
+        kept = conn.execute(
+            "SELECT id, xid, cycle_id, pair_seq, table_name, error_class, sqlstate FROM applier_exceptions ORDER BY id"
+        ).fetchall()
+        assert [k[1:] for k in kept] == [
+            ("x3", 1, 1, "shop.items", "check", "23514"),
+            ("x500", 1, 3, "shop.items", "check", "23514"),
+            ("x999", 1, 4, "shop.items", "unique", "23505"),
+        ]
+        changes = conn.execute(
+            "SELECT op, after FROM applier_exception_changes WHERE exception_id = %s ORDER BY lsn", [kept[0][0]]
+        ).fetchall()
+        assert len(changes) == ROWS_EACH and {op for op, _ in changes} == {"I"}
+        assert changes[3][1] == '{"id": 33, "qty": -1, "sku": "s33"}'  # the image as the pair held it
+        assert conn.execute("SELECT cycle_id, part_through FROM applier_checkpoint").fetchone() == (1, 0)
