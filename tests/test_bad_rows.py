@@ -14,6 +14,7 @@ from typing import Any
 import psycopg
 import pytest
 
+from applier.cli import main
 from applier.engine.checkpoint import CheckpointStore
 from applier.engine.split import attempt_bound
 from applier.errors import TransactionStoppedError
@@ -113,7 +114,7 @@ def test_with_stop_exactly_the_transactions_before_the_bad_one_are_applied_and_c
 
 
 def test_with_log_the_good_transactions_are_applied_and_the_bad_ones_kept_with_every_change(
-    tmp_path: Path, spark: Any, pg_url: str
+    tmp_path: Path, spark: Any, pg_url: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
     bad_check, bad_unique = {3, 500}, {999}
     write_workload(tmp_path / "pairs", bad_check, bad_unique)
@@ -147,3 +148,38 @@ def test_with_log_the_good_transactions_are_applied_and_the_bad_ones_kept_with_e
         assert len(changes) == ROWS_EACH and {op for op, _ in changes} == {"I"}
         assert changes[3][1] == '{"id": 33, "qty": -1, "sku": "s33"}'  # the image as the pair held it
         assert conn.execute("SELECT cycle_id, part_through FROM applier_checkpoint").fetchone() == (1, 0)
+
+    # An operator lists them, reads one with its changes, and deletes it.
+    settings = tmp_path / "applier.yaml"
+    settings.write_text(
+        f"configuration_name: test_cfg\nintermediate_dir: {tmp_path / 'pairs'}\noutput_dir: {tmp_path / 'out'}\n"
+        f"target:\n  type: postgres\n  url: '{pg_url}'\n"
+    )
+    listed = cli(capsys, "exceptions", "list", "--config", str(settings))
+    assert [line.split(": ")[0] for line in listed] == [str(k[0]) for k in kept]
+    assert "transaction x500 (commit lsn" in listed[1] and "check 23514 [log] 10 changes" in listed[1]
+    shown = cli(capsys, "exceptions", "show", str(kept[0][0]), "--config", str(settings))
+    assert "qty_not_negative" in shown[1] and shown[5].endswith('after={"id": 33, "qty": -1, "sku": "s33"}')
+    assert cli(capsys, "exceptions", "delete", str(kept[0][0]), "--config", str(settings)) == ["deleted 1 exceptions"]
+    with psycopg.connect(pg_url) as conn:
+        assert conn.execute("SELECT count(*) FROM applier_exception_changes").fetchone() == (2 * ROWS_EACH,)
+
+
+def cli(capsys: pytest.CaptureFixture[str], *argv: str) -> list[str]:
+    assert main(list(argv)) == 0
+    return capsys.readouterr().out.splitlines()
+
+
+def test_split_in_two_also_finds_the_bad_transaction_and_warn_keeps_nothing(
+    tmp_path: Path, spark: Any, pg_url: str
+) -> None:
+    write_workload(tmp_path / "pairs", bad_check={250}, bad_unique=set())
+    constrained_target(pg_url)
+    config = configured(tmp_path, pg_url, "errors.actions.check=warn", "apply.retry_split=2")
+    summary = run(config, spark)
+    assert ids(pg_url) == ids_of(set(range(TRANSACTIONS)) - {250})
+    assert [(e["xid"], e["action"]) for e in summary.reports[-1].exceptions] == [("x250", "warn")]
+    (group,) = summary.reports[-1].groups
+    assert group["attempts"] <= attempt_bound(TRANSACTIONS, 2, math.ceil(THRESHOLD / ROWS_EACH) - 1)
+    with psycopg.connect(pg_url) as conn:
+        assert conn.execute("SELECT to_regclass('applier_exceptions')").fetchone() == (None,)  # warn keeps nothing

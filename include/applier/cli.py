@@ -111,6 +111,14 @@ def _build_parser() -> argparse.ArgumentParser:
         help="validate this table (repeatable; default: every table of the checkpoint)",
     )
 
+    exceptions = _command(
+        commands, "exceptions", "list, show or delete the transactions error actions set aside (errors.actions: log)"
+    )
+    _add_config_args(exceptions)
+    exceptions.add_argument("action", choices=("list", "show", "delete"), help="what to do")
+    exceptions.add_argument("id", nargs="?", type=int, help="the exception (show, delete)")
+    exceptions.add_argument("--before", metavar="DATE", help="delete: every exception logged before this ISO date")
+
     advise = _command(
         commands,
         "advise",
@@ -149,6 +157,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "status": commands.status,
         "validate": commands.validate,
         "advise": commands.advise,
+        "exceptions": commands.exceptions,
     }
     try:
         return handlers[args.command](args)

@@ -238,6 +238,38 @@ def status(args: argparse.Namespace) -> int:
     return 0
 
 
+def exceptions(args: argparse.Namespace) -> int:
+    """``applier exceptions list|show ID|delete ID|--before DATE``: the target's exceptions store."""
+    from applier.targets import open_target
+
+    config = load_config(args.config, args.overrides)
+    if args.action == "show" and args.id is None:
+        raise UsageError("exceptions show: give an exception id")
+    if args.action == "delete" and (args.id is None) == (args.before is None):
+        raise UsageError("exceptions delete: give an exception id or --before DATE (one of them)")
+    target = open_target(config)
+    if args.action == "delete":
+        print(f"deleted {target.delete_exceptions(args.id, args.before)} exceptions")
+        return 0
+    found = target.exceptions(args.id if args.action == "show" else None)
+    if args.action == "show" and not found:
+        raise UsageError(f"no exception {args.id} in configuration {config.configuration_name}")
+    for e in found:
+        print(
+            f"{e['id']}: cycle {e['cycle_id']} transaction {e['xid']} (commit lsn {e['commit_lsn']}, pair "
+            f"{e['pair_seq']}) table {e['table_name']}: {e['error_class']} {e['sqlstate'] or ''} [{e['action']}] "
+            f"{e['changes']} changes, logged {_moment(e['logged_at'].isoformat())}"
+            + (f", resubmitted {_moment(e['resubmitted_at'].isoformat())}" if e["resubmitted_at"] else "")
+        )
+        if args.action == "show":
+            print(f"  error: {e['message']}")
+            for c in e["changes_list"]:
+                print(f"  {c['lsn']} {c['table_name']} {c['op']} before={c['before']} after={c['after']}")
+    if not found:
+        print(f"no exceptions for configuration {config.configuration_name}")
+    return 0
+
+
 def _queue_lines(queue: dict[str, Any]) -> list[str]:
     """The last cycle's queue figures for people: held at its end and spooled during it, by kind."""
     if not queue:

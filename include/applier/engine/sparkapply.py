@@ -17,6 +17,7 @@ import pyarrow as pa
 
 from applier.engine.buffers import BufferedTxn
 from applier.engine.compile import committed_rows, compile_cycle
+from applier.engine.compile_local import LOCAL_ROWS, committed_rows_locally, compile_locally, part_rows
 from applier.engine.compiled import CompiledCycle
 from applier.engine.netting import compile_partitions
 from applier.engine.reading import CycleInput
@@ -115,32 +116,24 @@ def apply_committed(
     if not cycle.commits:
         return {}
     with report.phase("spark"):
-        rows = _committed_input(spark, cycle, taken, memory_file)
-        if rows is None:
-            return {}
-        commits = spark.createDataFrame(sorted(cycle.commits.items()), "xid string, commit_lsn long")
         touched = set().union(*(cycle.tables_of.get(xid, set()) for xid in cycle.commits))
         touched.update(*(t.tables for t in taken.values()))
         truncates = last_truncates(
             cycle.commits, [*cycle.truncates, *((t.xid, at) for t in taken.values() for at in t.truncates)]
         )
-        names = sorted(touched | set(truncates))
-        compiled = holder({name: tables[name] for name in names}, frozenset(truncates))
-        input_bytes = cycle.bytes + sum(t.bytes for t in taken.values())
-        partitions = compile_partitions(input_bytes, int(spark.conf.get("spark.sql.shuffle.partitions")))
-        try:
-            compile_cycle(
-                committed_rows(rows, commits),
-                tables,
-                truncates,
-                touched,
-                compiled,
-                partitions=partitions,
-                weights=_table_weights(cycle, taken),
-            )
-        except BaseException:
-            compiled.close()
-            raise
+        if part is not None and part_rows(cycle, taken) <= LOCAL_ROWS:  # a small part of a refused cycle
+            compiled = holder({name: tables[name] for name in sorted(touched | set(truncates))}, frozenset(truncates))
+            try:
+                rows = committed_rows_locally(cycle, taken, memory_file)
+                compile_locally(rows, tables, truncates, touched, compiled)
+            except BaseException:
+                compiled.close()
+                raise
+        else:
+            in_spark = _compile_in_spark(spark, cycle, taken, tables, touched, truncates, holder, memory_file)
+            if in_spark is None:
+                return {}
+            compiled = in_spark
     try:
         with report.phase("tables"):
             what = f"cycle {cycle_id}" + ("" if part is None else f" (transactions {part.start}..{part.end - 1})")
@@ -157,6 +150,40 @@ def apply_committed(
     report.spill_created.extend(load.spill_created)
     report.spill_removed.extend(load.spill_removed)
     return {name: _record(report, name, compiled) for name in sorted(compiled)}
+
+
+def _compile_in_spark(
+    spark: Any,
+    cycle: CycleInput,
+    taken: Mapping[str, BufferedTxn],
+    tables: Mapping[str, TableDef],
+    touched: set[str],
+    truncates: Mapping[str, tuple[int, int]],
+    holder: CompiledFactory,
+    memory_file: Path | None,
+) -> CompiledCycle | None:
+    """The compile job over the cycle's input (None when it has no rows to read)."""
+    rows = _committed_input(spark, cycle, taken, memory_file)
+    if rows is None:
+        return None
+    commits = spark.createDataFrame(sorted(cycle.commits.items()), "xid string, commit_lsn long")
+    compiled = holder({name: tables[name] for name in sorted(touched | set(truncates))}, frozenset(truncates))
+    input_bytes = cycle.bytes + sum(t.bytes for t in taken.values())
+    partitions = compile_partitions(input_bytes, int(spark.conf.get("spark.sql.shuffle.partitions")))
+    try:
+        compile_cycle(
+            committed_rows(rows, commits),
+            tables,
+            truncates,
+            touched,
+            compiled,
+            partitions=partitions,
+            weights=_table_weights(cycle, taken),
+        )
+    except BaseException:
+        compiled.close()
+        raise
+    return compiled
 
 
 def narrowed(
@@ -177,9 +204,10 @@ def transaction_rows(
 ) -> pa.Table:
     """Every change of committed transaction ``xid`` as the pairs hold it, in lsn order (an exceptions record)."""
     one, mine = narrowed(cycle, taken, [xid])
+    if part_rows(one, mine) <= LOCAL_ROWS:
+        return committed_rows_locally(one, mine, memory_file).drop_columns(["commit_lsn"]).sort_by("lsn")
     rows = _committed_input(spark, one, mine, memory_file)
-    if rows is None:
-        return pa.table({name: [] for name in ("lsn", "xid", "table", "op", "before", "after")})
+    assert rows is not None  # it has rows: it was refused
     return rows.filter(rows.xid == xid).orderBy("lsn").toArrow()
 
 

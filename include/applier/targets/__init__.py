@@ -202,6 +202,14 @@ class Target(Protocol):
         """
         ...
 
+    def exceptions(self, ident: int | None = None) -> list[dict[str, Any]]:
+        """The transactions error actions set aside, oldest first (``ident``: that one, with ``changes_list``)."""
+        ...
+
+    def delete_exceptions(self, ident: int | None = None, before: str | None = None) -> int:
+        """Delete exception ``ident``, or those logged before the ISO moment ``before``; returns how many."""
+        ...
+
     def applied_through(self, cycle_id: int) -> int:
         """How many of cycle ``cycle_id``'s transactions the target holds as one position, in commit order.
 

@@ -102,6 +102,13 @@ class DeltaTarget:
             "table, so a refused cycle stops whole (atomic_cycles is False)"
         )
 
+    def exceptions(self, ident: int | None = None) -> list[dict[str, Any]]:
+        """None: a Delta target never sets a transaction aside (a refused cycle stops whole)."""
+        return []
+
+    def delete_exceptions(self, ident: int | None = None, before: str | None = None) -> int:
+        return 0
+
     def applied_through(self, cycle_id: int) -> int:
         """0: each table holds its own part of a cycle, so the engine's intent tells how far the cycle went."""
         return 0

@@ -112,3 +112,14 @@ def changes(conn: psycopg.Connection[Any], ident: int) -> list[dict[str, Any]]:
         sql.SQL(", ").join(map(sql.Identifier, CHANGE_COLUMNS)), sql.Identifier(CHANGES_TABLE)
     )
     return [dict(zip(CHANGE_COLUMNS, row, strict=True)) for row in conn.execute(query, [ident])]
+
+
+def delete(conn: psycopg.Connection[Any], configuration: str, ident: int | None, before: str | None) -> int:
+    """Delete exception ``ident``, or those logged before the moment ``before``; returns how many."""
+    exists = conn.execute("SELECT to_regclass(%s)", [EXCEPTIONS_TABLE]).fetchone()
+    if exists is None or exists[0] is None:
+        return 0
+    query = sql.SQL("DELETE FROM {} WHERE configuration_name = %s AND (id = %s OR logged_at < %s::timestamptz)").format(
+        sql.Identifier(EXCEPTIONS_TABLE)
+    )
+    return conn.execute(query, [configuration, ident, before]).rowcount

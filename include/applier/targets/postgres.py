@@ -241,6 +241,21 @@ class PostgresTarget:
             rows = conn.execute(sql.SQL("SELECT * FROM {}").format(sql.Identifier(schema, name))).fetchall()
         return rows_as_arrow(columns, rows)
 
+    def exceptions(self, ident: int | None = None) -> list[dict[str, Any]]:
+        """The transactions error actions set aside (one, by id), each with its changes (``changes_list``)."""
+        conn = self._connection(0)
+        with self._errors("read the exceptions store", None), conn.transaction():
+            found = pg_exceptions.records(conn, self._name, ident)
+            for record in found if ident is not None else ():
+                record["changes_list"] = pg_exceptions.changes(conn, record["id"])
+        return found
+
+    def delete_exceptions(self, ident: int | None = None, before: str | None = None) -> int:
+        """Delete exception ``ident``, or those logged before ``before`` (an ISO moment); returns how many."""
+        conn = self._connection(0)
+        with self._errors("delete from the exceptions store", None), conn.transaction():
+            return pg_exceptions.delete(conn, self._name, ident, before)
+
     def table_misfit(self, table: TableDef, known: Collection[str]) -> str | None:
         """Why ``table`` cannot land in this database as named (:func:`applier.targets.pg_sql.table_misfit`)."""
         return q.table_misfit(table, known, self._schema_map)

@@ -1,0 +1,107 @@
+"""The compile of a small part of a cycle in the driver, without a Spark job.
+
+The enhanced retry (:mod:`applier.engine.units`) compiles ever smaller groups
+of a refused cycle: dozens of groups of a few transactions each. A Spark job
+costs about 0.8 s whatever its size, so finding one bad transaction among
+1,000 took 40 s, nearly all of it job overhead. Below :data:`LOCAL_ROWS`
+rows a part is compiled here instead, by the very functions the executors
+run (:func:`~applier.engine.identity.event_batch` before the shuffle,
+:func:`~applier.engine.identity.chunk_batches` after it); only the
+aggregation per identity between them, Spark's ``groupBy``, is pyarrow's:
+
+- the first event by position ``(commit_lsn, lsn)`` says whether the identity existed;
+- the last one gives its final presence and image;
+- the counts add up.
+
+The rows come from the part's ``.dat`` files (only its transactions'), its
+transactions' spill files and the committed rows still in memory when the
+cycle began, as Spark would read them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+from applier.engine.buffers import BufferedTxn
+from applier.engine.compiled import CompiledCycle
+from applier.engine.identity import CHUNK_SCHEMA, chunk_batches, event_batch
+from applier.engine.reading import CycleInput
+from applier.engine.spill import read_spill
+from applier.intermediate.schema import TableDef
+
+LOCAL_ROWS = 20_000
+"""Parts of at most this many input rows compile in the driver."""
+
+_DAT = ("lsn", "xid", "table", "op", "before", "after")
+
+
+def part_rows(cycle: CycleInput, taken: Mapping[str, BufferedTxn]) -> int:
+    """The input rows of a part's committed transactions (``cycle`` and ``taken`` narrowed to the part)."""
+    return sum(cycle.xid_rows.get(x, 0) for x in cycle.commits) + sum(t.rows for t in taken.values())
+
+
+def committed_rows_locally(cycle: CycleInput, taken: Mapping[str, BufferedTxn], memory_file: Path | None) -> pa.Table:
+    """The rows of ``cycle``'s committed transactions with their ``commit_lsn`` (what Spark's input join gives)."""
+    commits = cycle.commits
+    wanted = pa.array(sorted(commits), pa.string())
+    parts: list[pa.Table] = []
+    for pair in cycle.pairs:
+        if cycle.xids_by_seq.get(pair.seq, set()) & commits.keys():
+            data = pq.read_table(pair.dat_path, columns=list(_DAT))
+            parts.append(data.filter(pc.is_in(data["xid"], value_set=wanted)))
+    spills = [t.spill_path for t in taken.values() if t.spill_path is not None]
+    for path in [*spills, *([memory_file] if memory_file is not None else [])]:
+        for batch in read_spill(path):
+            data = pa.Table.from_batches([batch]).select(list(_DAT))
+            parts.append(data.filter(pc.is_in(data["xid"], value_set=wanted)))
+    rows = pa.concat_tables([p.cast(parts[0].schema) for p in parts]) if parts else _empty()
+    commit_lsn = [commits[x] for x in rows["xid"].to_pylist()]
+    return rows.append_column("commit_lsn", pa.array(commit_lsn, pa.int64()))
+
+
+def compile_locally(
+    rows: pa.Table,
+    tables: Mapping[str, TableDef],
+    truncates: Mapping[str, tuple[int, int]],
+    touched: Iterable[str],
+    into: CompiledCycle,
+) -> CompiledCycle:
+    """:func:`~applier.engine.compile.compile_cycle`'s result, computed in this process.
+
+    Args:
+        rows: the committed rows (``.dat`` columns plus ``commit_lsn``), ``T`` rows included.
+        tables: the definitions by name; ``truncates`` each truncated table's last truncate position.
+        touched: the tables the rows change.
+        into: where the chunks go.
+    """
+    names = sorted(set(touched) | set(truncates))
+    definitions = {n: tables[n] for n in names}
+    if not names:
+        return into
+    events = pa.Table.from_batches([event_batch(b, definitions, truncates) for b in rows.to_batches()])
+    if events.num_rows:
+        ordered = events.sort_by(
+            [("table", "ascending"), ("key", "ascending"), ("commit_lsn", "ascending"), ("lsn", "ascending")]
+        )
+        finals = ordered.group_by(["table", "key"], use_threads=False).aggregate(
+            [("existed", "first"), ("present", "last"), ("image", "last"), ("n", "sum")]
+        )
+        finals = finals.rename_columns(
+            {"existed_first": "existed", "present_last": "present", "image_last": "image", "n_sum": "n"}
+        ).sort_by("table")
+        batches = finals.select(["table", "existed", "present", "image", "n"]).to_batches()
+    else:
+        batches = []
+    for described in chunk_batches(definitions, frozenset(truncates), str(into.folder), batches):
+        for chunk in pa.Table.from_batches([described], CHUNK_SCHEMA).to_pylist():
+            into.add_file(chunk["table"], Path(chunk["path"]), chunk["bytes"], chunk)
+    return into
+
+
+def _empty() -> pa.Table:
+    return pa.table({name: pa.array([], pa.int64() if name == "lsn" else pa.string()) for name in _DAT})
