@@ -183,3 +183,45 @@ def test_split_in_two_also_finds_the_bad_transaction_and_warn_keeps_nothing(
     assert group["attempts"] <= attempt_bound(TRANSACTIONS, 2, math.ceil(THRESHOLD / ROWS_EACH) - 1)
     with psycopg.connect(pg_url) as conn:
         assert conn.execute("SELECT to_regclass('applier_exceptions')").fetchone() == (None,)  # warn keeps nothing
+
+
+class Crash(BaseException):
+    """Stands for the process dying right after a target commit: nothing in the Applier may catch it."""
+
+
+@pytest.mark.parametrize("after_commits", [1, 3, 6])
+def test_a_crash_between_the_parts_of_a_retry_resumes_to_the_same_state_each_transaction_once(
+    tmp_path: Path, spark: Any, pg_url: str, after_commits: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    write_workload(tmp_path / "pairs", bad_check={40, 41}, bad_unique={700})
+    constrained_target(pg_url)
+    config = configured(tmp_path, pg_url, "errors.actions.check=log", "errors.actions.unique=log")
+    commits = 0
+
+    def dying(real: Any) -> Any:
+        """``real``, dying after the ``after_commits``-th commit of a part (or a passed transaction)."""
+
+        def commit_then_die(target: Any, cycle_id: int, *args: Any) -> Any:
+            nonlocal commits
+            result = real(target, cycle_id, *args)
+            if args[-1] is not None:  # a part, not the whole cycle
+                commits += 1
+                if commits == after_commits:
+                    raise Crash
+            return result
+
+        return commit_then_die
+
+    from applier.targets.postgres import PostgresTarget
+
+    monkeypatch.setattr(PostgresTarget, "pass_transaction", dying(PostgresTarget.pass_transaction))
+    monkeypatch.setattr(PostgresTarget, "_commit", dying(PostgresTarget._commit))
+    with pytest.raises(Crash):
+        run(config, spark)
+    monkeypatch.undo()
+    summary = run(config, spark)
+    assert summary.checkpoint.cycle_id == 1
+    assert ids(pg_url) == ids_of(set(range(TRANSACTIONS)) - {40, 41, 700})
+    with psycopg.connect(pg_url) as conn:
+        logged = [r[0] for r in conn.execute("SELECT xid FROM applier_exceptions ORDER BY commit_lsn")]
+    assert logged == ["x40", "x41", "x700"]
