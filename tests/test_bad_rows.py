@@ -164,6 +164,21 @@ def test_with_log_the_good_transactions_are_applied_and_the_bad_ones_kept_with_e
     with psycopg.connect(pg_url) as conn:
         assert conn.execute("SELECT count(*) FROM applier_exception_changes").fetchone() == (2 * ROWS_EACH,)
 
+    # Resubmitting before the cause is fixed changes nothing; after it, applies the transaction exactly once.
+    x500 = str(kept[1][0])
+    assert main(["exceptions", "resubmit", x500, "--config", str(settings)]) == 4
+    assert "qty_not_negative" in capsys.readouterr().err
+    assert ids(pg_url) == ids_of(set(range(TRANSACTIONS)) - bad)
+    with psycopg.connect(pg_url) as conn:
+        conn.execute("ALTER TABLE shop.items DROP CONSTRAINT qty_not_negative")
+    assert cli(capsys, "exceptions", "resubmit", x500, "--config", str(settings)) == [
+        f"exception {x500}: transaction x500 applied (10 changes to shop.items)"
+    ]
+    assert ids(pg_url) == ids_of(set(range(TRANSACTIONS)) - {3, 999})
+    assert main(["exceptions", "resubmit", x500, "--config", str(settings)]) == 2
+    assert f"exception {x500} was resubmitted at" in capsys.readouterr().err
+    assert "resubmitted" in cli(capsys, "exceptions", "list", "--config", str(settings))[0]
+
 
 def cli(capsys: pytest.CaptureFixture[str], *argv: str) -> list[str]:
     assert main(list(argv)) == 0

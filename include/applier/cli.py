@@ -112,11 +112,13 @@ def _build_parser() -> argparse.ArgumentParser:
     )
 
     exceptions = _command(
-        commands, "exceptions", "list, show or delete the transactions error actions set aside (errors.actions: log)"
+        commands,
+        "exceptions",
+        "list, show, resubmit (once the cause is fixed) or delete the transactions error actions set aside",
     )
     _add_config_args(exceptions)
-    exceptions.add_argument("action", choices=("list", "show", "delete"), help="what to do")
-    exceptions.add_argument("id", nargs="?", type=int, help="the exception (show, delete)")
+    exceptions.add_argument("action", choices=("list", "show", "resubmit", "delete"), help="what to do")
+    exceptions.add_argument("id", nargs="?", type=int, help="the exception (show, resubmit, delete)")
     exceptions.add_argument("--before", metavar="DATE", help="delete: every exception logged before this ISO date")
 
     advise = _command(

@@ -239,15 +239,20 @@ def status(args: argparse.Namespace) -> int:
 
 
 def exceptions(args: argparse.Namespace) -> int:
-    """``applier exceptions list|show ID|delete ID|--before DATE``: the target's exceptions store."""
+    """``applier exceptions list|show ID|resubmit ID|delete ID|--before DATE``: the target's exceptions store."""
     from applier.targets import open_target
 
     config = load_config(args.config, args.overrides)
-    if args.action == "show" and args.id is None:
-        raise UsageError("exceptions show: give an exception id")
+    if args.action in ("show", "resubmit") and args.id is None:
+        raise UsageError(f"exceptions {args.action}: give an exception id")
     if args.action == "delete" and (args.id is None) == (args.before is None):
         raise UsageError("exceptions delete: give an exception id or --before DATE (one of them)")
     target = open_target(config)
+    if args.action == "resubmit":
+        from applier.engine.resubmit import resubmit
+
+        print(resubmit(config, target, args.id))
+        return 0
     if args.action == "delete":
         print(f"deleted {target.delete_exceptions(args.id, args.before)} exceptions")
         return 0

@@ -206,6 +206,10 @@ class Target(Protocol):
         """The transactions error actions set aside, oldest first (``ident``: that one, with ``changes_list``)."""
         ...
 
+    def resubmit(self, ident: int, changes: Mapping[str, TableChanges]) -> bool:
+        """Apply exception ``ident``'s net ``changes`` once and mark it resubmitted (False: it was already)."""
+        ...
+
     def delete_exceptions(self, ident: int | None = None, before: str | None = None) -> int:
         """Delete exception ``ident``, or those logged before the ISO moment ``before``; returns how many."""
         ...

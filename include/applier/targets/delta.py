@@ -109,6 +109,9 @@ class DeltaTarget:
     def delete_exceptions(self, ident: int | None = None, before: str | None = None) -> int:
         return 0
 
+    def resubmit(self, ident: int, changes: Mapping[str, TableChanges]) -> bool:
+        raise TargetError(f"exception {ident}: the Delta target keeps no exceptions")
+
     def applied_through(self, cycle_id: int) -> int:
         """0: each table holds its own part of a cycle, so the engine's intent tells how far the cycle went."""
         return 0

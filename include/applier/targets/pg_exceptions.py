@@ -123,3 +123,20 @@ def delete(conn: psycopg.Connection[Any], configuration: str, ident: int | None,
         sql.Identifier(EXCEPTIONS_TABLE)
     )
     return conn.execute(query, [configuration, ident, before]).rowcount
+
+
+def claim(conn: psycopg.Connection[Any], configuration: str, ident: int) -> Any:
+    """Lock exception ``ident`` for a resubmission; its ``resubmitted_at`` (None: not yet), or False when missing."""
+    row = conn.execute(
+        sql.SQL("SELECT resubmitted_at FROM {} WHERE configuration_name = %s AND id = %s FOR UPDATE").format(
+            sql.Identifier(EXCEPTIONS_TABLE)
+        ),
+        [configuration, ident],
+    ).fetchone()
+    return False if row is None else row[0]
+
+
+def mark_resubmitted(conn: psycopg.Connection[Any], ident: int) -> None:
+    conn.execute(
+        sql.SQL("UPDATE {} SET resubmitted_at = now() WHERE id = %s").format(sql.Identifier(EXCEPTIONS_TABLE)), [ident]
+    )

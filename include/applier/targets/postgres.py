@@ -250,6 +250,35 @@ class PostgresTarget:
                 record["changes_list"] = pg_exceptions.changes(conn, record["id"])
         return found
 
+    def resubmit(self, ident: int, changes: Mapping[str, TableChanges]) -> bool:
+        """Apply exception ``ident``'s net ``changes`` and mark it resubmitted, in one transaction.
+
+        Returns:
+            False when it was resubmitted already (by another command meanwhile): nothing is applied.
+
+        Raises:
+            TargetError: the target refused it again (naming the table and the key), or it is not in the store.
+        """
+        load = CycleLoad()
+        try:
+            staged = self._load(changes, load)
+            conn = self._connection(0)
+            with self._errors("resubmit the exception", None), conn.transaction():
+                done = pg_exceptions.claim(conn, self._name, ident)
+                if done is False:
+                    raise TargetError(f"exception {ident} is not in the exceptions store of {self._name}")
+                if done is not None:
+                    return False
+                for s in staged:
+                    with self._errors("apply", s.table.name, s):
+                        self._apply_table(conn, s)
+                pg_exceptions.mark_resubmitted(conn, ident)
+        except TargetError:
+            self.close()
+            raise
+        self._drop_staging()
+        return True
+
     def delete_exceptions(self, ident: int | None = None, before: str | None = None) -> int:
         """Delete exception ``ident``, or those logged before ``before`` (an ISO moment); returns how many."""
         conn = self._connection(0)
