@@ -8,20 +8,24 @@ does not have. 1,000 transactions of 10 rows each commit in one cycle; one
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 from pathlib import Path
+from types import MappingProxyType
 from typing import Any
 
 import psycopg
 import pytest
+from deltalake import DeltaTable
 
 from applier.cli import main
 from applier.engine.checkpoint import CheckpointStore
 from applier.engine.split import attempt_bound
 from applier.errors import TransactionStoppedError
+from applier.targets.delta import DeltaTarget
 from engine_support import make_config, run
 from handmade import event, row, write_pair
 
-pytestmark = [pytest.mark.spark, pytest.mark.postgres]
+pytestmark = pytest.mark.spark
 
 ITEMS = {
     "columns": [
@@ -34,10 +38,10 @@ ITEMS = {
 TRANSACTIONS, ROWS_EACH, THRESHOLD = 1_000, 10, 100
 
 
-def write_workload(directory: Path, bad_check: set[int], bad_unique: set[int]) -> None:
+def write_workload(directory: Path, bad_check: set[int], bad_unique: set[int], seqs: range = range(1, 5)) -> None:
     """4 pairs of 250 transactions; transaction t inserts ids 10t..10t+9, or breaks a constraint."""
-    lsn = 1
-    for seq in range(1, 5):
+    for seq in seqs:
+        lsn = 1 + (seq - 1) * 250 * (ROWS_EACH + 2)
         rows, events = [], []
         for t in range((seq - 1) * 250, seq * 250):
             xid = f"x{t}"
@@ -81,6 +85,7 @@ def configured(tmp_path: Path, url: str, *extra: str) -> Any:
     )
 
 
+@pytest.mark.postgres
 def test_with_stop_exactly_the_transactions_before_the_bad_one_are_applied_and_checkpointed(
     tmp_path: Path, spark: Any, pg_url: str
 ) -> None:
@@ -113,6 +118,7 @@ def test_with_stop_exactly_the_transactions_before_the_bad_one_are_applied_and_c
     assert CheckpointStore(config.work_dir).load_intent() is None
 
 
+@pytest.mark.postgres
 def test_with_log_the_good_transactions_are_applied_and_the_bad_ones_kept_with_every_change(
     tmp_path: Path, spark: Any, pg_url: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -185,6 +191,7 @@ def cli(capsys: pytest.CaptureFixture[str], *argv: str) -> list[str]:
     return capsys.readouterr().out.splitlines()
 
 
+@pytest.mark.postgres
 def test_split_in_two_also_finds_the_bad_transaction_and_warn_keeps_nothing(
     tmp_path: Path, spark: Any, pg_url: str
 ) -> None:
@@ -204,6 +211,7 @@ class Crash(BaseException):
     """Stands for the process dying right after a target commit: nothing in the Applier may catch it."""
 
 
+@pytest.mark.postgres
 @pytest.mark.parametrize("after_commits", [1, 3, 6])
 def test_a_crash_between_the_parts_of_a_retry_resumes_to_the_same_state_each_transaction_once(
     tmp_path: Path, spark: Any, pg_url: str, after_commits: int, monkeypatch: pytest.MonkeyPatch
@@ -240,3 +248,40 @@ def test_a_crash_between_the_parts_of_a_retry_resumes_to_the_same_state_each_tra
     with psycopg.connect(pg_url) as conn:
         logged = [r[0] for r in conn.execute("SELECT xid FROM applier_exceptions ORDER BY commit_lsn")]
     assert logged == ["x40", "x41", "x700"]
+
+
+def delta_ids(config: Any) -> set[int]:
+    table = DeltaTable(str(config.target.path / "shop" / "items"))
+    return set(table.to_pyarrow_table(columns=["id"])["id"].to_pylist())
+
+
+def test_on_delta_a_check_constraint_refuses_before_any_table_commits_and_the_bad_transactions_are_found(
+    tmp_path: Path, spark: Any, capsys: pytest.CaptureFixture[str]
+) -> None:
+    pairs = tmp_path / "pairs"
+    write_workload(pairs, bad_check={300, 600}, bad_unique=set(), seqs=range(1, 2))
+    config = make_config(tmp_path, pairs, compile_retry_threshold=THRESHOLD)
+    run(config, spark)  # creates the table
+    DeltaTable(str(config.target.path / "shop" / "items")).alter.add_constraint({"qty_not_negative": "qty >= 0"})
+    write_workload(pairs, bad_check={300, 600}, bad_unique=set(), seqs=range(2, 5))
+
+    with pytest.raises(TransactionStoppedError) as stopped:
+        run(config, spark)
+    assert "transaction x300 (commit lsn" in str(stopped.value) and "qty_not_negative" in str(stopped.value)
+    assert delta_ids(config) == ids_of(range(300))  # exactly the transactions before it
+    intent = CheckpointStore(config.work_dir).load_intent()
+    assert intent is not None and intent.through == 300 - 250
+
+    logging = replace(config, errors=replace(config.errors, actions=MappingProxyType({"check": "log"})))
+    summary = run(logging, spark)
+    assert delta_ids(config) == ids_of(set(range(TRANSACTIONS)) - {300, 600})
+    assert [e["xid"] for e in summary.reports[-1].exceptions] == ["x300", "x600"]
+    kept = DeltaTarget(config.target.path, config.configuration_name).exceptions()
+    assert [(e["xid"], e["error_class"], e["changes"], e["pair_seq"]) for e in kept] == [
+        ("x300", "check", ROWS_EACH, 2),
+        ("x600", "check", ROWS_EACH, 3),
+    ]
+    shown = DeltaTarget(config.target.path, config.configuration_name).exceptions(kept[0]["id"])[0]["changes_list"]
+    assert shown[3]["after"] == '{"id": 3003, "qty": -1, "sku": "s3003"}'
+    assert run(logging, spark).cycles_run == 0  # nothing left, nothing logged twice
+    assert len(DeltaTarget(config.target.path, config.configuration_name).exceptions()) == 2

@@ -153,6 +153,9 @@ class TargetError(ApplierError):
             default, what the class says.
         table: the table it arose at, when known.
         code: the target's own code for it (a SQLSTATE, a delta-rs exception name), when known.
+        nothing_applied: a target whose tables commit one by one refused
+            before committing any of them (a Delta constraint checked first),
+            so the apply can be split like a rolled-back transaction.
     """
 
     exit_code = 4
@@ -165,6 +168,7 @@ class TargetError(ApplierError):
         error_class: str = "other",
         table: str | None = None,
         code: str | None = None,
+        nothing_applied: bool = False,
     ) -> None:
         if error_class not in ERROR_CLASSES:
             raise ValueError(f"unknown target error class {error_class!r}")
@@ -172,17 +176,26 @@ class TargetError(ApplierError):
         self.transient = ERROR_CLASSES[error_class] if transient is None else transient
         self.table = table
         self.code = code
+        self.nothing_applied = nothing_applied
         super().__init__(message)
 
     def __reduce__(self) -> tuple[Any, ...]:
         message = self.args[0] if self.args else ""
-        return (_target_error, (message, self.transient, self.error_class, self.table, self.code))
+        fields = (self.transient, self.error_class, self.table, self.code, self.nothing_applied)
+        return (_target_error, (message, *fields))
 
 
 def _target_error(
-    message: str, transient: bool, error_class: str = "other", table: str | None = None, code: str | None = None
+    message: str,
+    transient: bool,
+    error_class: str = "other",
+    table: str | None = None,
+    code: str | None = None,
+    nothing_applied: bool = False,
 ) -> TargetError:
-    return TargetError(message, transient=transient, error_class=error_class, table=table, code=code)
+    return TargetError(
+        message, transient=transient, error_class=error_class, table=table, code=code, nothing_applied=nothing_applied
+    )
 
 
 class TransactionStoppedError(TargetError):

@@ -72,8 +72,9 @@ class CycleParts:
         describe: names a transaction for messages (xid, commit lsn, pair).
         errors: the error actions.
         split: parts per split; ``threshold``: commands under which a group goes to log order.
-        splits: whether a refused group is split (the target rolls a failed
-            part back whole); if not, the refusal stops the cycle.
+        splits: whether a refused group is split whatever the error (the
+            target rolls a failed part back whole); if not, only a refusal
+            that committed nothing (``TargetError.nothing_applied``) is.
     """
 
     cycle_id: int
@@ -120,7 +121,7 @@ class CycleParts:
             self._apply(group)
             return
         except TargetError as e:
-            if e.transient or not self.splits:
+            if not self._splittable(e):
                 raise
             log.warning(
                 "cycle %d: transactions %d..%d (%d) were refused as one group (%s); splitting it to find the "
@@ -133,7 +134,7 @@ class CycleParts:
             self._settle,
             split=self.split,
             threshold=self.threshold,
-            permanent=lambda e: isinstance(e, TargetError) and not e.transient,
+            permanent=lambda e: isinstance(e, TargetError) and self._splittable(e),
         )
         self.groups.append(
             {"transactions": end - start, "commands": group.commands, "attempts": outcome.attempts, "mode": "retry"}
@@ -141,6 +142,10 @@ class CycleParts:
         if outcome.stopped:
             failed, error = outcome.failed[-1]
             raise self._stop(failed.txns[0].xid, error)
+
+    def _splittable(self, error: TargetError) -> bool:
+        """Whether a refusal can be narrowed down: permanent, and nothing of the refused part is in the target."""
+        return not error.transient and (self.splits or error.nothing_applied)
 
     def _shape(self, xid: str) -> TxnShape:
         return TxnShape(xid, self.commit_lsns[xid], self.commands.get(xid, 0), 0)
@@ -166,7 +171,7 @@ class CycleParts:
                     self._apply(group)
                     return False
                 except TargetError as e:
-                    if e.transient:
+                    if not self._splittable(e):
                         raise
                     error = e
             action = action.removeprefix("retry_")

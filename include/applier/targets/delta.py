@@ -34,28 +34,28 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Collection, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Collection, Iterable, Iterator, Mapping
 from contextlib import AbstractContextManager, contextmanager, nullcontext
 from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
-import pyarrow.compute as pc
-from deltalake import CommitProperties, DeltaTable, Field, Transaction
-from deltalake import Schema as DeltaSchema
+from deltalake import CommitProperties, DeltaTable, Transaction
 from deltalake.exceptions import CommitFailedError, DeltaError, SchemaMismatchError
 
 from applier.engine.changes import (
-    COUNT_COLUMN,
     TableChanges,
-    arrow_schema,
 )
 from applier.engine.checkpoint import write_atomically
+from applier.engine.compiled import release
 from applier.errors import TargetError
 from applier.intermediate.schema import SchemaError, TableDef, check_table_name
 from applier.targets import CycleLoad, Part, PassedTransaction
-from applier.targets.delta_log import commit_tags, cycle_on_path, tagged_cycle, tagged_through
+from applier.targets.delta_check import constraints_of, refused_constraints, rows_to_check
+from applier.targets.delta_exceptions import append, delete, records, store_path
+from applier.targets.delta_log import commit_tags, held_position
 from applier.targets.delta_names import OWN_FOLDER, delta_misfit
+from applier.targets.delta_schema import added_fields, check_shape, is_empty, prepared
 from applier.targets.delta_write import apply_counted, apply_keyed
 from applier.targets.per_table import apply_tables
 
@@ -79,6 +79,8 @@ class DeltaTarget:
         self.threads = threads
         self._checkpoint_copy = self.root / OWN_FOLDER / f"{app_id}.checkpoint.json"
         self.atomic_cycles = False  # each table commits on its own
+        self._constraints: dict[str, dict[str, str]] = {}  # CHECK constraints by table, as last read
+        self._exceptions = store_path(self.root, app_id)
 
     def apply_cycle(
         self,
@@ -89,28 +91,72 @@ class DeltaTarget:
     ) -> CycleLoad:
         """Apply a cycle (or a part of it) table by table, ``threads`` tables at once (see :meth:`apply_one`).
 
+        The rows of tables with CHECK constraints are checked first
+        (:mod:`~applier.targets.delta_check`), so a refusal commits nothing.
         The position is not needed: each table's commit carries the cycle.
+
+        Raises:
+            TargetError: a table refused; ``nothing_applied`` when its
+                constraints refused before any table committed.
         """
+        self._check_first(cycle_id, changes)
         return apply_tables(self, self.threads, cycle_id, changes, part)
+
+    def _check_first(self, cycle_id: int, changes: Mapping[str, TableChanges]) -> None:
+        """Refuse the cycle before any commit when a table's rows break its CHECK constraints."""
+        for name in sorted(changes):
+            constraints = self._constraints.get(name)
+            if not constraints:
+                continue
+            try:
+                with _target_errors(name, "checking its constraints"):
+                    refused = refused_constraints(rows_to_check(changes[name]), constraints)
+            finally:
+                release(changes, name)
+            if refused:
+                raise TargetError(
+                    f"table {name}: applying cycle {cycle_id} failed: rows break CHECK constraint "
+                    f"{', '.join(refused)}; nothing of the cycle was committed",
+                    error_class="check",
+                    table=name,
+                    code="CHECK",
+                    nothing_applied=True,
+                )
 
     def pass_transaction(
         self, cycle_id: int, part: Part, position: Mapping[str, int], passed: PassedTransaction
     ) -> None:
-        """Refused: tables commit one by one, so a refused group is never split to set one transaction aside."""
-        raise TargetError(
-            f"cycle {cycle_id}: the Delta target cannot set transaction {passed.xid} aside: it commits table by "
-            "table, so a refused cycle stops whole (atomic_cycles is False)"
-        )
+        """Keep a logged transaction in the exceptions table, once (its commit carries the part's tags).
+
+        Nothing else moves: the engine's intent records that the part is passed.
+        """
+        if not passed.logged:
+            return
+        path = self._exceptions
+        with _target_errors(path.name, "keeping a refused transaction"):
+            current = _open(path)
+            done, through = (0, None) if current is None else self._held(path.name, path, current)
+            if _holds(done, through, cycle_id, part):
+                return
+            tags = commit_tags(self.app_id, cycle_id, None if part.final else part.end)
+            append(path, self.app_id, passed, CommitProperties(custom_metadata=tags))
 
     def exceptions(self, ident: int | None = None) -> list[dict[str, Any]]:
-        """None: a Delta target never sets a transaction aside (a refused cycle stops whole)."""
-        return []
+        """The transactions error actions set aside, oldest first (``ident``: that one, with ``changes_list``)."""
+        with _target_errors(self._exceptions.name, "reading the exceptions"):
+            return records(self._exceptions, ident)
 
     def delete_exceptions(self, ident: int | None = None, before: str | None = None) -> int:
-        return 0
+        """Delete exception ``ident``, or those logged before the ISO moment ``before``; how many."""
+        with _target_errors(self._exceptions.name, "deleting exceptions"):
+            return delete(self._exceptions, ident, before)
 
     def resubmit(self, ident: int, changes: Mapping[str, TableChanges]) -> bool:
-        raise TargetError(f"exception {ident}: the Delta target keeps no exceptions")
+        """Not on Delta yet: its tables commit one by one, so the record cannot be marked in the same commit."""
+        raise TargetError(
+            f"exception {ident}: resubmitting is not available on the Delta target yet; apply the changes "
+            "'applier exceptions show' lists by hand, then delete the exception"
+        )
 
     def applied_through(self, cycle_id: int) -> int:
         """0: each table holds its own part of a cycle, so the engine's intent tells how far the cycle went."""
@@ -176,7 +222,8 @@ class DeltaTarget:
             with _target_errors(name, "checking its columns"):
                 current = _open(self.table_path(name))
                 if current is not None:
-                    _added_fields(current, tables[name], extra_nullable=True)
+                    added_fields(current, tables[name], extra_nullable=True)
+                    self._constraints[name] = constraints_of(current)
 
     def saved_checkpoint(self) -> dict[str, Any] | None:
         """The copy of the Applier's checkpoint kept under the root, in ``_applier/`` (no table can land there)."""
@@ -215,27 +262,10 @@ class DeltaTarget:
         Raises:
             TargetError: a RESTORE commit of the table's history cannot be followed.
         """
-        newest = current.history(1)
-        cycle = tagged_cycle(newest[0], self.app_id) if newest else None
-        if cycle is not None:
-            return cycle, tagged_through(newest[0])
-        limit = 16
-        while True:  # more of the log only while the walk needs it (a restore far back)
-            entries = current.history(limit)
-            by_version = {int(e["version"]): e for e in entries}
-            try:
-                answer = cycle_on_path(by_version, current.version(), self.app_id, complete=len(entries) < limit)
-            except ValueError as e:
-                raise TargetError(f"table {table}: cannot tell which cycle it holds: {e}") from e
-            if not answer.needs_older:
-                break
-            limit *= 8
-        if answer.cycle is not None:
-            return answer.cycle, tagged_through(by_version[answer.state_version])
-        state = current
-        if answer.state_version != current.version():
-            state = DeltaTable(str(path), version=answer.state_version)
-        return state.transaction_version(self.app_id) or 0, None
+        try:
+            return held_position(current, self.app_id)
+        except ValueError as e:
+            raise TargetError(f"table {table}: cannot tell which cycle it holds: {e}") from e
 
     def apply(self, cycle_id: int, changes: TableChanges) -> bool:
         """:meth:`apply_one`, answering only whether the changes were applied (False: skipped)."""
@@ -271,17 +301,19 @@ class DeltaTarget:
         """
         if cycle_id < 1:
             raise ValueError(f"cycle_id must be 1 or more, not {cycle_id}")
-        _check_shape(changes)
+        check_shape(changes)
         name = changes.table.name
         path = self.table_path(name)
         with _target_errors(name, f"applying cycle {cycle_id}"):
             current = _open(path)
+            if current is not None:
+                self._constraints[name] = constraints_of(current)
             done, through = (0, None) if current is None else self._held(name, path, current)
             if _holds(done, through, cycle_id, part):
                 log.info("table %s: cycle %d already committed (cycle %d on record); skipped", name, cycle_id, done)
                 return False, done
-            empty = _is_empty(changes)
-            table = _prepared(path, changes.table, current) if current is not None or empty else None
+            empty = is_empty(changes)
+            table = prepared(path, changes.table, current) if current is not None or empty else None
             if empty:
                 return True, done
             tags = commit_tags(self.app_id, cycle_id, None if part is None or part.final else part.end)
@@ -379,70 +411,3 @@ def _error_class(error: Exception) -> str:
 
 def _open(path: Path) -> DeltaTable | None:
     return DeltaTable(str(path)) if DeltaTable.is_deltatable(str(path)) else None
-
-
-def _prepared(path: Path, table_def: TableDef, current: DeltaTable | None) -> DeltaTable:
-    """The table, created or evolved to the definition's columns (``current``: as just opened)."""
-    if current is None:
-        DeltaTable.create(str(path), arrow_schema(table_def), mode="error", name=table_def.name)
-        return DeltaTable(str(path))
-    added = _added_fields(current, table_def)
-    if added:
-        current.alter.add_columns(added)
-        log.info("table %s: added columns %s", table_def.name, ", ".join(f.name for f in added))
-        current = DeltaTable(str(path))
-    return current
-
-
-def _added_fields(current: DeltaTable, table_def: TableDef, *, extra_nullable: bool = False) -> list[Field]:
-    """The definition's columns the table lacks; the others must match exactly.
-
-    ``extra_nullable``: nullable columns past the definition's are let pass (at
-    the start of a run, a cycle under way may have added columns the
-    checkpoint's definition has not yet).
-    """
-    have = list(current.schema().fields)
-    want = list(DeltaSchema.from_arrow(arrow_schema(table_def)).fields)
-    extra = have[len(want) :]
-    common = min(len(have), len(want))
-    if want[:common] != have[:common] or (extra and not (extra_nullable and all(f.nullable for f in extra))):
-        pairs = zip(want, have, strict=False)
-        differ = next(
-            (f"column {w.name}: expected {_describe([w])}, found {_describe([h])}" for w, h in pairs if w != h),
-            f"found columns the definition does not have: {_describe(extra)}",
-        )
-        raise TargetError(
-            f"table {table_def.name}: the Delta table was changed so that applying to it could lose data "
-            f"({differ}); its columns: {_describe(have)}",
-            error_class="schema",
-        )
-    added = want[len(have) :]
-    required = [f.name for f in added if not f.nullable]
-    if required:
-        raise TargetError(f"table {table_def.name}: cannot add non-nullable columns {required} to existing rows")
-    return added
-
-
-def _describe(fields: Sequence[Field]) -> str:
-    """``name type[ not null]`` of each field (a primitive type by its name: ``decimal(12,2)``)."""
-    return ", ".join(f"{f.name} {getattr(f.type, 'type', f.type)}{'' if f.nullable else ' not null'}" for f in fields)
-
-
-def _check_shape(changes: TableChanges) -> None:
-    table = changes.table
-    missing_upserts = set(table.column_names) - set(changes.upserts.column_names)
-    missing_deletes = set(table.primary_key) - set(changes.deletes.column_names)
-    if table.primary_key and (changes.counted is not None or missing_upserts or missing_deletes):
-        raise ValueError(f"table {table.name}: changes of a keyed table need upserts, deletes and no counted")
-    if not table.primary_key:
-        wanted = {*table.column_names, COUNT_COLUMN}
-        if changes.counted is None or wanted - set(changes.counted.column_names):
-            raise ValueError(f"table {table.name}: changes of a table without a key need counted")
-
-
-def _is_empty(changes: TableChanges) -> bool:
-    if changes.truncate:
-        return False
-    if changes.counted is not None:
-        return not bool(pc.any(pc.not_equal(changes.counted.column(COUNT_COLUMN), 0)).as_py())
-    return bool(changes.upserts.num_rows == 0 and changes.deletes.num_rows == 0)

@@ -22,8 +22,8 @@ The common case costs one log entry: the newest commit is the applier's. A
 table folder replaced by a backup copy needs nothing special: its log ends
 where the copy was taken.
 
-Everything here is pure: history entries (``DeltaTable.history()`` dicts) in,
-an answer out.
+Everything but :func:`held_position` is pure: history entries
+(``DeltaTable.history()`` dicts) in, an answer out.
 """
 
 from __future__ import annotations
@@ -157,3 +157,36 @@ def cycle_on_path(history: Mapping[int, Mapping[str, Any]], version: int, app_id
         else:
             return PathAnswer(None, v)
     return PathAnswer(None, last)
+
+
+def held_position(current: Any, app_id: str) -> tuple[int, int | None]:
+    """The cycle a Delta table's state holds, and how many of its transactions (None: all of them).
+
+    One log entry when the newest commit is the applier's; more of the log
+    only while the walk needs it (a restore far back).
+
+    Args:
+        current: the table (a ``deltalake.DeltaTable``) as just opened.
+        app_id: whose tags count.
+
+    Raises:
+        ValueError: a RESTORE commit of the history cannot be followed.
+    """
+    newest = current.history(1)
+    cycle = tagged_cycle(newest[0], app_id) if newest else None
+    if cycle is not None:
+        return cycle, tagged_through(newest[0])
+    limit = 16
+    while True:
+        entries = current.history(limit)
+        by_version = {int(e["version"]): e for e in entries}
+        answer = cycle_on_path(by_version, current.version(), app_id, complete=len(entries) < limit)
+        if not answer.needs_older:
+            break
+        limit *= 8
+    if answer.cycle is not None:
+        return answer.cycle, tagged_through(by_version[answer.state_version])
+    state = current
+    if answer.state_version != current.version():
+        state = type(current)(current.table_uri, version=answer.state_version)
+    return state.transaction_version(app_id) or 0, None
