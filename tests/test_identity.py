@@ -152,19 +152,29 @@ def test_chunks_hold_one_table_each_in_at_most_the_chunk_size(monkeypatch: pytes
     import applier.engine.identity as identity
 
     monkeypatch.setattr(identity, "CHUNK_ROWS", 2)
-    keyed = [{"table": "s.keyed", "existed": False, "present": True, "image": json.dumps({"id": i}), "n": 1}
-             for i in range(5)]
-    bag = [{"table": "s.bag", "existed": True, "present": True, "image": json.dumps({"x": 1, "at": None}), "n": 1}]
-    schema = pa.schema([("table", pa.string()), ("existed", pa.bool_()), ("present", pa.bool_()),
-                        ("image", pa.string()), ("n", pa.int64())])
-    batches = [pa.RecordBatch.from_pylist(keyed[:3], schema), pa.RecordBatch.from_pylist(keyed[3:] + bag, schema)]
+    keyed = [{"table": "s.keyed", "group": 0, "existed": False, "present": True, "image": json.dumps({"id": i}),
+              "n": 1} for i in range(5)]
+    bag = [{"table": "s.bag", "group": 0, "existed": True, "present": True, "image": json.dumps({"x": 1, "at": None}),
+            "n": 1}]
+    later = [{**bag[0], "group": 1}]  # the same table in the next group: a chunk of its own
+    schema = pa.schema([("table", pa.string()), ("group", pa.int32()), ("existed", pa.bool_()),
+                        ("present", pa.bool_()), ("image", pa.string()), ("n", pa.int64())])
+    batches = [pa.RecordBatch.from_pylist(keyed[:3], schema),
+               pa.RecordBatch.from_pylist(keyed[3:] + bag + later, schema)]
     chunks = [c.to_pylist()[0] for c in chunk_batches(TABLES, frozenset(), str(tmp_path), batches)]
-    assert [(c["table"], c["rows"], c["I"], c["U"], c["D"]) for c in chunks] == [
-        ("s.keyed", 3, 3, 0, 0), ("s.keyed", 2, 2, 0, 0), ("s.bag", 1, 1, 0, 0)
+    assert [(c["table"], c["group"], c["rows"], c["I"], c["U"], c["D"]) for c in chunks] == [
+        ("s.keyed", 0, 3, 3, 0, 0), ("s.keyed", 0, 2, 2, 0, 0), ("s.bag", 0, 1, 1, 0, 0), ("s.bag", 1, 1, 1, 0, 0)
     ]
     first = pa.Table.from_batches(list(read_spill(chunks[0]["path"])))
     assert first.column("id").to_pylist() == [0, 1, 2] and first.nbytes == chunks[0]["bytes"]
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted(Path(c["path"]).name for c in chunks)
+
+
+def test_an_event_belongs_to_the_group_its_commit_falls_in() -> None:
+    batch = rows(*(("s.keyed", "I", None, {"id": i, "price": None, "note": None}, 10 * i, i) for i in range(6)))
+    events = event_batch(batch, TABLES, {}, bounds=[20, 40]).to_pylist()  # groups start at commits 20 and 40
+    assert [e["group"] for e in events] == [0, 0, 1, 1, 2, 2]
+    assert {e["group"] for e in event_batch(batch, TABLES, {}).to_pylist()} == {0}
 
 
 def test_a_busy_tables_events_are_salted_by_key_the_same_way_everywhere() -> None:
@@ -201,6 +211,6 @@ def test_spark_workers_forget_cached_zip_importers_and_the_jar(monkeypatch: pyte
     monkeypatch.setattr(sys, "path_importer_cache", {**sys.path_importer_cache, jar: None})
     sys.path_importer_cache[inner] = zipimport.zipimporter(inner)  # a package imported from an archive
     kept = [p for p in sys.path if p != jar]
-    list(event_batches(TABLES, {}, {}, []))  # what Spark runs in its workers trims them first
+    list(event_batches(TABLES, {}, {}, [], []))  # what Spark runs in its workers trims them first
     assert sys.path == kept and jar not in sys.path_importer_cache and inner not in sys.path_importer_cache
     assert not any(isinstance(f, zipimport.zipimporter) for f in sys.path_importer_cache.values())

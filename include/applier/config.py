@@ -20,13 +20,11 @@ from typing import Any
 
 import yaml
 
+from applier import config_values as cv
 from applier.errors import ERROR_CLASSES, ConfigError
 from applier.intermediate.pairs import MIB
 
 TARGET_TYPES = ("delta", "postgres")
-# Letters, digits and underscores, not first: the name starts spill file names,
-# and Spark silently skips files whose names start with "_".
-_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_]*")
 _SPARK_CONF = "spark.conf"
 _SCHEMA_MAP = "target.schema_map"
 _ACTIONS = "errors.actions"
@@ -61,6 +59,9 @@ class ApplyConfig:
     transient_retry_delay_s: float = 5.0
     compile_retry_threshold: int = 100
     retry_split: int = 3
+    compile: bool = True
+    compile_max_cmds: int = 100_000
+    cdb_max_size_mb: float = 1024.0
 
     @property
     def cycle_limit_bytes(self) -> int:
@@ -168,58 +169,8 @@ class Config:
         return int(driver * QUEUE_MEMORY_SHARE)
 
 
-def _name(key: str, v: Any) -> str:
-    if not isinstance(v, str) or not _NAME.fullmatch(v):
-        raise ConfigError(key, v, "use letters, digits and underscores ([A-Za-z0-9_]+), not starting with '_'")
-    return v
-
-
-def _boolean(key: str, v: Any) -> bool:
-    if isinstance(v, bool):
-        return v
-    if isinstance(v, str) and v.strip().lower() in ("true", "false"):
-        return v.strip().lower() == "true"
-    raise ConfigError(key, v, "use true or false")
-
-
-def _seconds(meaning: str) -> Callable[[str, Any], float]:
-    def check(key: str, v: Any) -> float:
-        if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 <= v < 10**7:
-            raise ConfigError(key, v, f"use a number of seconds >= 0 ({meaning})")
-        return float(v)
-
-    return check
-
-
-def _non_negative_number(key: str, v: Any) -> float:
-    if isinstance(v, bool) or not isinstance(v, (int, float)) or v < 0 or v != v:
-        raise ConfigError(key, v, "use a number of MB (MiB) >= 0; 0 means every available file")
-    return float(v)
-
-
-def _hours_or_forever(key: str, v: Any) -> float | None:
-    if v is None:
-        return None
-    if isinstance(v, bool) or not isinstance(v, (int, float)) or v < 0 or v != v or v == float("inf"):
-        raise ConfigError(key, v, "use a number of hours >= 0, or null to keep applied pairs forever")
-    return float(v)
-
-
-def _int_at_least(lowest: int, meaning: str) -> Callable[[str, Any], int]:
-    def check(key: str, v: Any) -> int:
-        if isinstance(v, bool) or not isinstance(v, int) or v < lowest:
-            raise ConfigError(key, v, f"use a whole number >= {lowest} ({meaning})")
-        return v
-
-    return check
-
-
-def _megabytes_or_default(key: str, v: Any) -> float | None:
-    if v is None:
-        return None
-    if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 < v < float("inf"):
-        raise ConfigError(key, v, "use a number of MB (MiB) > 0, or null for a quarter of spark.driver.memory")
-    return float(v)
+def _prefixed(values: Mapping[str, Any], prefix: str) -> dict[str, Any]:
+    return {k[len(prefix) + 1 :]: v for k, v in values.items() if k.startswith(f"{prefix}.")}
 
 
 def _driver_memory(key: str, v: str) -> str:
@@ -230,60 +181,35 @@ def _driver_memory(key: str, v: str) -> str:
     return v
 
 
-def _identifier(key: str, v: Any) -> str:
-    if not isinstance(v, str) or not v or any(ord(c) < 32 for c in v) or len(v.encode()) > 63:
-        raise ConfigError(key, v, "use a schema name of 1 to 63 bytes without control characters")
-    return v
-
-
-def _prefixed(values: Mapping[str, Any], prefix: str) -> dict[str, Any]:
-    return {k[len(prefix) + 1 :]: v for k, v in values.items() if k.startswith(f"{prefix}.")}
-
-
-def _text(key: str, v: Any) -> str:
-    if not isinstance(v, str) or not v.strip():
-        raise ConfigError(key, v, "use a non-empty string")
-    return v
-
-
-def _choice(choices: Sequence[str]) -> Callable[[str, Any], str]:
-    def check(key: str, v: Any) -> str:
-        if v not in choices:
-            raise ConfigError(key, v, f"use one of: {', '.join(choices)}")
-        return str(v)
-
-    return check
-
-
-def _split(key: str, v: Any) -> int:
-    if type(v) is not int or v not in (2, 3):
-        raise ConfigError(key, v, "a failing group is split in 3 (HVAR) or 2 (its older mechanism)")
-    return v
-
-
 # key -> (validator, default; None means required unless noted in _required_keys)
 _KEYS: dict[str, tuple[Callable[[str, Any], Any], Any]] = {
-    "configuration_name": (_name, None),
-    "intermediate_dir": (_text, None),
-    "output_dir": (_text, None),
-    "apply.process_intermediate_size_per_job": (_non_negative_number, 0.0),
-    "apply.buffer_size_for_split_records": (_int_at_least(1, "bytes"), 1_048_576),
-    "apply.max_cycles_per_run": (_int_at_least(0, "0 means until caught up"), 0),
-    "apply.intermediate_retention_hours": (_hours_or_forever, None),
-    "apply.queue_memory_mb": (_megabytes_or_default, None),
-    "target.type": (_choice(TARGET_TYPES), "delta"),
-    "target.path": (_text, None),
-    "target.url": (_text, None),
-    "target.show_row_values": (_boolean, False),
-    "target.lock_timeout_s": (_seconds("0 waits for ever"), 60.0),
-    "target.statement_timeout_s": (_seconds("0 means no limit"), 0.0),
-    "apply.transient_retries": (_int_at_least(0, "retries of a cycle after a transient target error"), 3),
-    "apply.transient_retry_delay_s": (_seconds("the first wait; each retry waits twice the one before"), 5.0),
-    "apply.threads": (_int_at_least(1, "concurrent table loads, the target's load connections"), 4),
-    "apply.compile_retry_threshold": (_int_at_least(1, "commands below which a failing group goes to log order"), 100),
-    "apply.retry_split": (_split, 3),
-    "errors.command_retry": (_int_at_least(0, "tries again of a failing transaction"), 3),
-    "spark.master": (_text, "local[*]"),
+    "configuration_name": (cv.name, None),
+    "intermediate_dir": (cv.text, None),
+    "output_dir": (cv.text, None),
+    "apply.process_intermediate_size_per_job": (cv.non_negative_number, 0.0),
+    "apply.buffer_size_for_split_records": (cv.int_at_least(1, "bytes"), 1_048_576),
+    "apply.max_cycles_per_run": (cv.int_at_least(0, "0 means until caught up"), 0),
+    "apply.intermediate_retention_hours": (cv.hours_or_forever, None),
+    "apply.queue_memory_mb": (cv.megabytes_or_default, None),
+    "target.type": (cv.choice(TARGET_TYPES), "delta"),
+    "target.path": (cv.text, None),
+    "target.url": (cv.text, None),
+    "target.show_row_values": (cv.boolean, False),
+    "target.lock_timeout_s": (cv.seconds("0 waits for ever"), 60.0),
+    "target.statement_timeout_s": (cv.seconds("0 means no limit"), 0.0),
+    "apply.transient_retries": (cv.int_at_least(0, "retries of a cycle after a transient target error"), 3),
+    "apply.transient_retry_delay_s": (cv.seconds("the first wait; each retry waits twice the one before"), 5.0),
+    "apply.threads": (cv.int_at_least(1, "concurrent table loads, the target's load connections"), 4),
+    "apply.compile_retry_threshold": (
+        cv.int_at_least(1, "commands below which a failing group goes to log order"),
+        100,
+    ),
+    "apply.retry_split": (cv.split, 3),
+    "apply.compile": (cv.boolean, True),
+    "apply.compile_max_cmds": (cv.int_at_least(1, "commands of a compilable transaction or group"), 100_000),
+    "apply.cdb_max_size_mb": (cv.positive_number, 1024.0),
+    "errors.command_retry": (cv.int_at_least(0, "tries again of a failing transaction"), 3),
+    "spark.master": (cv.text, "local[*]"),
 }
 _PATH_KEYS = ("intermediate_dir", "output_dir", "target.path")
 # None is their default, not "required".
@@ -304,7 +230,7 @@ def _action(key: str, v: Any) -> str:
         if v not in ("retry_stop", "stop"):
             raise ConfigError(key, v, "a transient class is retried (apply.transient_retries), then stops: retry_stop")
         return str(v)
-    return _choice(ERROR_ACTIONS)(key, v)
+    return cv.choice(ERROR_ACTIONS)(key, v)
 
 
 def _flatten(raw: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
@@ -357,9 +283,9 @@ def _validate(flat: dict[str, Any]) -> dict[str, Any]:
         if key == f"{_SPARK_CONF}.spark.driver.memory":
             out[key] = _driver_memory(key, str(value))
         elif key.startswith(f"{_SPARK_CONF}."):
-            out[key] = _text(key, str(value))
+            out[key] = cv.text(key, str(value))
         elif key.startswith(f"{_SCHEMA_MAP}."):
-            out[key] = _identifier(key, value)
+            out[key] = cv.identifier(key, value)
         elif key.startswith(f"{_ACTIONS}."):
             out[key] = _action(key, value)
         elif key not in _KEYS:
@@ -420,6 +346,9 @@ def load_config(path: Path | str | None, overrides: Sequence[str] = ()) -> Confi
             transient_retry_delay_s=values["apply.transient_retry_delay_s"],
             compile_retry_threshold=values["apply.compile_retry_threshold"],
             retry_split=values["apply.retry_split"],
+            compile=values["apply.compile"],
+            compile_max_cmds=values["apply.compile_max_cmds"],
+            cdb_max_size_mb=values["apply.cdb_max_size_mb"],
         ),
         target=TargetConfig(
             type=values["target.type"],

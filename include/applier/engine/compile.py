@@ -11,7 +11,7 @@ from __future__ import annotations
 import shutil
 import tempfile
 import weakref
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 
 from pyspark.sql import DataFrame
@@ -67,6 +67,7 @@ def compile_cycle(
     *,
     partitions: int | None = None,
     weights: Mapping[str, float] | None = None,
+    groups: Sequence[tuple[int, CompiledCycle]] = (),
 ) -> CompiledCycle:
     """Compile a cycle's committed rows into each table's net changes, in one Spark job.
 
@@ -79,6 +80,11 @@ def compile_cycle(
         partitions: shuffle partitions of the job (None: the session's setting).
         weights: rows per table, to spread busy tables over the partitions
             (None: every table in one partition, for small cycles and tests).
+        groups: the compilable groups after the first, in commit order, each
+            as the commit lsn it starts at and its holder: each group's net
+            changes go to its own holder, the first group's to ``into``, all
+            from the one job (none: the rows are one group). Groups hold no
+            truncate (a truncating transaction is applied on its own).
 
     Returns:
         The compiled cycle: every touched table (empty changes when its rows net
@@ -97,9 +103,12 @@ def compile_cycle(
         weakref.finalize(into, shutil.rmtree, spill, True)  # the temporary folder goes with its holder
     if names:
         spreads = table_spreads(weights, partitions or 1) if weights else {}
-        job = net_changes(rows, {n: tables[n] for n in names}, truncates, str(into.folder), partitions, spreads)
+        bounds = [start for start, _ in groups]
+        holders = [into, *(holder for _, holder in groups)]
+        definitions = {n: tables[n] for n in names}
+        job = net_changes(rows, definitions, truncates, str(into.folder), partitions, spreads, bounds)
         for chunk in job.collect():
-            into.add_file(chunk["table"], Path(chunk["path"]), chunk["bytes"], chunk.asDict())
+            holders[chunk["group"]].add_file(chunk["table"], Path(chunk["path"]), chunk["bytes"], chunk.asDict())
     return into
 
 

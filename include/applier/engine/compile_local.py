@@ -88,13 +88,13 @@ def compile_locally(
         ordered = events.sort_by(
             [("table", "ascending"), ("key", "ascending"), ("commit_lsn", "ascending"), ("lsn", "ascending")]
         )
-        finals = ordered.group_by(["table", "key"], use_threads=False).aggregate(
+        finals = ordered.group_by(["table", "group", "key"], use_threads=False).aggregate(
             [("existed", "first"), ("present", "last"), ("image", "last"), ("n", "sum")]
         )
         finals = finals.rename_columns(
             {"existed_first": "existed", "present_last": "present", "image_last": "image", "n_sum": "n"}
-        ).sort_by("table")
-        batches = finals.select(["table", "existed", "present", "image", "n"]).to_batches()
+        ).sort_by([("table", "ascending"), ("group", "ascending")])
+        batches = finals.select(["table", "group", "existed", "present", "image", "n"]).to_batches()
     else:
         batches = []
     for described in chunk_batches(definitions, frozenset(truncates), str(into.folder), batches):

@@ -24,6 +24,7 @@ values are equal, so ``"1.5"`` and ``"1.50"`` in a ``decimal(p,1)`` column,
 
 from __future__ import annotations
 
+import bisect
 import datetime as dt
 import decimal
 import functools
@@ -60,6 +61,7 @@ EVENT_SCHEMA = pa.schema(
         ("n", pa.int32()),
         ("image", pa.string()),
         ("salt", pa.int32()),
+        ("group", pa.int32()),
     ]
 )
 CHUNK_SCHEMA = pa.schema(
@@ -71,6 +73,7 @@ CHUNK_SCHEMA = pa.schema(
         ("I", pa.int64()),
         ("U", pa.int64()),
         ("D", pa.int64()),
+        ("group", pa.int32()),
     ]
 )
 
@@ -231,6 +234,7 @@ def event_batch(
     tables: Mapping[str, TableDef],
     truncates: Mapping[str, tuple[int, int]],
     spreads: Mapping[str, int] | None = None,
+    bounds: Sequence[int] = (),
 ) -> pa.RecordBatch:
     """The events of a batch of committed rows (``.dat`` columns plus ``commit_lsn``).
 
@@ -238,7 +242,10 @@ def event_batch(
     the target empties the table first. An event's ``salt`` spreads a busy
     table's identities over ``spreads[table]`` shuffle partitions (a hash of
     the key, the same in every process); it is 0 for every other table, whose
-    identities all meet in one partition and become one chunk.
+    identities all meet in one partition and become one chunk. Its ``group``
+    is the compilable group of its transaction: groups are runs of commit
+    order, and ``bounds`` holds the commit lsn each group after the first
+    starts at (none: one group, 0).
     """
     spreads = spreads or {}
     events: list[tuple[Any, ...]] = []
@@ -252,9 +259,10 @@ def event_batch(
         if cut is not None and (commit_lsn, lsn) <= cut:
             continue
         spread = spreads.get(table, 1)
+        group = bisect.bisect_right(bounds, commit_lsn) if bounds else 0
         for key, present, existed, n, image in _events_of_row(rules[table], op, before, after):
             salt = zlib.crc32(key) % spread if spread > 1 else 0
-            events.append((table, key, commit_lsn, lsn, present, existed, n, image, salt))
+            events.append((table, key, commit_lsn, lsn, present, existed, n, image, salt, group))
     by_field: Iterable[Sequence[Any]] = zip(*events, strict=True) if events else ([] for _ in EVENT_SCHEMA)
     return pa.RecordBatch.from_arrays(
         [pa.array(list(values), field.type) for values, field in zip(by_field, EVENT_SCHEMA, strict=True)],
@@ -266,12 +274,13 @@ def event_batches(
     tables: Mapping[str, TableDef],
     truncates: Mapping[str, tuple[int, int]],
     spreads: Mapping[str, int],
+    bounds: Sequence[int],
     batches: Iterable[pa.RecordBatch],
 ) -> Iterator[pa.RecordBatch]:
     """:func:`event_batch` over a partition (the ``mapInArrow`` function, with its settings bound)."""
     trim_import_caches()
     for batch in batches:
-        yield event_batch(batch, tables, truncates, spreads)
+        yield event_batch(batch, tables, truncates, spreads, bounds)
 
 
 def final_table(rules: TableRules, truncated: bool, rows: pa.Table) -> pa.Table:
@@ -311,40 +320,41 @@ def chunk_stats(table: TableDef, rows: pa.Table) -> dict[str, int]:
     return {"I": sum(n for n in counts if n > 0), "U": 0, "D": -sum(n for n in counts if n < 0)}
 
 
-def _chunk(folder: str, table: TableDef, rows: pa.Table) -> pa.RecordBatch:
+def _chunk(folder: str, table: TableDef, group: int, rows: pa.Table) -> pa.RecordBatch:
     """Write one chunk to its own file in ``folder``; the row that describes it."""
     path = f"{folder}/{uuid.uuid4().hex}.arrow"
     with pa.OSFile(path, "wb") as sink, pa.ipc.new_stream(sink, rows.schema) as writer:
         writer.write_table(rows)
-    described = {"table": table.name, "path": path, "rows": rows.num_rows, "bytes": rows.nbytes}
+    described = {"table": table.name, "path": path, "rows": rows.num_rows, "bytes": rows.nbytes, "group": group}
     return pa.RecordBatch.from_pylist([{**described, **chunk_stats(table, rows)}], schema=CHUNK_SCHEMA)
 
 
 def chunk_batches(
     tables: Mapping[str, TableDef], truncated: frozenset[str], folder: str, batches: Iterable[pa.RecordBatch]
 ) -> Iterator[pa.RecordBatch]:
-    """Typed chunks of net changes from aggregated identities sorted by table (the ``mapInArrow`` function).
+    """Typed chunks of net changes from aggregated identities sorted by table and group (the ``mapInArrow`` function).
 
-    Rows arrive grouped by table (the partition is sorted on it); each run of
-    one table is cut into chunks of at most :data:`CHUNK_ROWS` identities, each
-    written to a file of its own in ``folder`` (an Arrow IPC stream) and
-    described by one output row: the compiled cycle goes to the driver as a
-    list of files, and the driver reads one table's files when it applies it.
+    Rows arrive grouped by table and group (the partition is sorted on them);
+    each run of one table and group is cut into chunks of at most
+    :data:`CHUNK_ROWS` identities, each written to a file of its own in
+    ``folder`` (an Arrow IPC stream) and described by one output row: the
+    compiled cycle goes to the driver as a list of files, and the driver reads
+    one table's files when it applies it.
     """
     trim_import_caches()
     pending: list[pa.RecordBatch] = []
-    current: str | None = None
+    current: tuple[str, int] | None = None
     held = 0
     for batch in batches:
-        names = batch.column("table").to_pylist()
+        runs = list(zip(batch.column("table").to_pylist(), batch.column("group").to_pylist(), strict=True))
         start = 0
-        for i in range(1, len(names) + 1):
-            if i < len(names) and names[i] == names[start]:
+        for i in range(1, len(runs) + 1):
+            if i < len(runs) and runs[i] == runs[start]:
                 continue
-            if current is not None and (names[start] != current or held >= CHUNK_ROWS):
+            if current is not None and (runs[start] != current or held >= CHUNK_ROWS):
                 yield _flush(tables, truncated, folder, current, pending)
                 pending, held = [], 0
-            current = names[start]
+            current = runs[start]
             pending.append(batch.slice(start, i - start))
             held += i - start
             start = i
@@ -353,8 +363,13 @@ def chunk_batches(
 
 
 def _flush(
-    tables: Mapping[str, TableDef], truncated: frozenset[str], folder: str, name: str, pending: list[pa.RecordBatch]
+    tables: Mapping[str, TableDef],
+    truncated: frozenset[str],
+    folder: str,
+    run: tuple[str, int],
+    pending: list[pa.RecordBatch],
 ) -> pa.RecordBatch:
+    name, group = run
     rows = pa.Table.from_batches(pending)
     table = tables[name]
-    return _chunk(folder, table, final_table(rules_of(table), name in truncated, rows))
+    return _chunk(folder, table, group, final_table(rules_of(table), name in truncated, rows))

@@ -38,7 +38,7 @@ from __future__ import annotations
 
 import functools
 import math
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 
 import pyarrow as pa
 from pyspark.sql import DataFrame
@@ -83,6 +83,7 @@ def net_changes(
     folder: str,
     partitions: int | None = None,
     spreads: Mapping[str, int] | None = None,
+    bounds: Sequence[int] = (),
 ) -> DataFrame:
     """The compile job: committed rows in, typed chunks of each table's net changes out.
 
@@ -97,15 +98,18 @@ def net_changes(
         partitions: shuffle partitions of the job (None: the session's setting).
         spreads: over how many partitions a busy table's identities are spread
             (:func:`table_spreads`; a table not named: one).
+        bounds: the commit lsn each compilable group after the first starts
+            at; each group's net changes are kept apart (none: one group).
 
     Returns:
-        One row per chunk file: ``table``, ``path``, ``rows``, ``bytes`` and its
-        net ``I``/``U``/``D`` rows (the file holds one table's net changes, see
-        :func:`applier.engine.identity.final_table`).
+        One row per chunk file: ``table``, ``path``, ``rows``, ``bytes``, its
+        net ``I``/``U``/``D`` rows and its ``group`` (the file holds one table's
+        net changes of one group, see :func:`applier.engine.identity.final_table`).
     """
     definitions = dict(tables)
     events = rows.select("table", "op", "before", "after", "commit_lsn", "lsn").mapInArrow(
-        functools.partial(event_batches, definitions, dict(truncates), dict(spreads or {})), _ddl(EVENT_SCHEMA)
+        functools.partial(event_batches, definitions, dict(truncates), dict(spreads or {}), list(bounds)),
+        _ddl(EVENT_SCHEMA),
     )
     # The salt is a function of the key: grouping on it too changes no group,
     # and lets the partitioning on (table, salt) serve the grouping unshuffled.
@@ -114,12 +118,13 @@ def net_changes(
     else:
         events = events.repartition(partitions, "table", "salt")
     pos = F.struct("commit_lsn", "lsn")
-    per_identity = events.groupBy("table", "salt", "key").agg(
+    per_identity = events.groupBy("table", "group", "salt", "key").agg(
         F.min_by("existed", pos).alias("existed"),
         F.max_by(F.struct("present", "image"), pos).alias("last"),
         F.sum("n").alias("n"),
     )
-    finals = per_identity.select("table", "existed", "last.present", "last.image", "n").sortWithinPartitions("table")
+    finals = per_identity.select("table", "group", "existed", "last.present", "last.image", "n")
+    finals = finals.sortWithinPartitions("table", "group")
     return finals.mapInArrow(
         functools.partial(chunk_batches, definitions, frozenset(truncates), folder), _ddl(CHUNK_SCHEMA)
     )

@@ -22,7 +22,7 @@ import pyarrow.parquet as pq
 from applier.engine.buffers import TransactionBuffers
 from applier.engine.checking import PairChecker
 from applier.engine.checkpoint import Checkpoint
-from applier.engine.touches import Truncate, table_touches, truncate_rows
+from applier.engine.touches import Truncate, longest_images, table_rows_by_xid, truncate_rows
 from applier.errors import GapError, IntermediateFileError
 from applier.intermediate.pairs import PairRef, list_pairs, pair_name
 from applier.intermediate.reader import Pair, read_pair
@@ -47,6 +47,8 @@ class CycleInput:
         truncates: ``(xid, (table, lsn))`` of every ``T`` row in these pairs.
         table_rows: rows per table in these pairs (of any transaction).
         xid_rows: rows per transaction in these pairs.
+        xid_table_rows: rows per transaction and table in these pairs.
+        longest_image: per table, its longest image in these pairs (bytes).
         commit_seqs: xid -> the pair whose ``.trn`` holds its commit.
         read_seconds: how long reading and checking the pairs took.
     """
@@ -62,6 +64,8 @@ class CycleInput:
     truncates: list[tuple[str, Truncate]] = field(default_factory=list)
     table_rows: Counter[str] = field(default_factory=Counter)
     xid_rows: Counter[str] = field(default_factory=Counter)
+    xid_table_rows: Counter[tuple[str, str]] = field(default_factory=Counter)
+    longest_image: dict[str, int] = field(default_factory=dict)
     commit_seqs: dict[str, int] = field(default_factory=dict)
     read_seconds: float = 0.0
 
@@ -77,8 +81,11 @@ def _note_pair(into: CycleInput, pair: Pair) -> None:
     xids = by_xid.field("values").to_pylist()
     into.xids_by_seq[pair.seq] = set(xids)
     into.xid_rows.update(dict(zip(xids, by_xid.field("counts").to_pylist(), strict=True)))
-    for xid, table in table_touches(pair.data):
+    for xid, table, n in table_rows_by_xid(pair.data):
         into.tables_of.setdefault(xid, set()).add(table)
+        into.xid_table_rows[xid, table] += n
+    for table, longest in longest_images(pair.data).items():
+        into.longest_image[table] = max(into.longest_image.get(table, 0), longest)
     into.truncates.extend(truncate_rows(pair.data))
     counts = pc.value_counts(pair.data["table"])
     names, numbers = counts.field("values").to_pylist(), counts.field("counts").to_pylist()

@@ -25,6 +25,29 @@ def table_touches(rows: pa.Table) -> list[tuple[str, str]]:
     return list(zip(distinct.column("xid").to_pylist(), distinct.column("table").to_pylist(), strict=True))
 
 
+def table_rows_by_xid(rows: pa.Table) -> list[tuple[str, str, int]]:
+    """``(xid, table, rows)`` for each transaction and table of a batch of ``.dat`` rows."""
+    if rows.num_rows == 0:
+        return []
+    counted = rows.select(["xid", "table"]).group_by(["xid", "table"], use_threads=False).aggregate([([], "count_all")])
+    columns = (counted.column(name).to_pylist() for name in ("xid", "table", "count_all"))
+    return list(zip(*columns, strict=True))
+
+
+def longest_images(rows: pa.Table) -> dict[str, int]:
+    """Per table, the longest image (in bytes) of a batch of ``.dat`` rows: a bound on a row's variable-length part."""
+    if rows.num_rows == 0:
+        return {}
+    lengths = pc.max_element_wise(
+        pc.binary_length(rows.column("after")), pc.binary_length(rows.column("before")), skip_nulls=True
+    )
+    found = pa.table({"table": rows.column("table"), "n": lengths}).group_by("table").aggregate([("n", "max")])
+    return {
+        t: int(n or 0)
+        for t, n in zip(found.column("table").to_pylist(), found.column("n_max").to_pylist(), strict=True)
+    }
+
+
 def truncate_rows(rows: pa.Table) -> list[tuple[str, Truncate]]:
     """The ``T`` rows of a batch as ``(xid, (table, lsn))``."""
     if rows.num_rows == 0:
@@ -34,9 +57,7 @@ def truncate_rows(rows: pa.Table) -> list[tuple[str, Truncate]]:
     return [(xid, (table, lsn)) for xid, table, lsn in zip(*columns, strict=True)]
 
 
-def last_truncates(
-    commits: Mapping[str, int], truncates: Iterable[tuple[str, Truncate]]
-) -> dict[str, tuple[int, int]]:
+def last_truncates(commits: Mapping[str, int], truncates: Iterable[tuple[str, Truncate]]) -> dict[str, tuple[int, int]]:
     """Each table's last truncate among committed transactions, as its position ``(commit_lsn, lsn)``.
 
     Args:

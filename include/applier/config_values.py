@@ -1,0 +1,100 @@
+"""The value checks of configuration keys: each takes ``(key, value)`` and returns the value or raises ConfigError."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from applier.errors import ConfigError
+
+# Letters, digits and underscores, not first: the name starts spill file names,
+# and Spark silently skips files whose names start with "_".
+NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_]*")
+
+
+def name(key: str, v: Any) -> str:
+    if not isinstance(v, str) or not NAME.fullmatch(v):
+        raise ConfigError(key, v, "use letters, digits and underscores ([A-Za-z0-9_]+), not starting with '_'")
+    return v
+
+
+def boolean(key: str, v: Any) -> bool:
+    if isinstance(v, bool):
+        return v
+    if isinstance(v, str) and v.strip().lower() in ("true", "false"):
+        return v.strip().lower() == "true"
+    raise ConfigError(key, v, "use true or false")
+
+
+def seconds(meaning: str) -> Callable[[str, Any], float]:
+    def check(key: str, v: Any) -> float:
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 <= v < 10**7:
+            raise ConfigError(key, v, f"use a number of seconds >= 0 ({meaning})")
+        return float(v)
+
+    return check
+
+
+def non_negative_number(key: str, v: Any) -> float:
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or v < 0 or v != v:
+        raise ConfigError(key, v, "use a number of MB (MiB) >= 0; 0 means every available file")
+    return float(v)
+
+
+def hours_or_forever(key: str, v: Any) -> float | None:
+    if v is None:
+        return None
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or v < 0 or v != v or v == float("inf"):
+        raise ConfigError(key, v, "use a number of hours >= 0, or null to keep applied pairs forever")
+    return float(v)
+
+
+def int_at_least(lowest: int, meaning: str) -> Callable[[str, Any], int]:
+    def check(key: str, v: Any) -> int:
+        if isinstance(v, bool) or not isinstance(v, int) or v < lowest:
+            raise ConfigError(key, v, f"use a whole number >= {lowest} ({meaning})")
+        return v
+
+    return check
+
+
+def megabytes_or_default(key: str, v: Any) -> float | None:
+    if v is None:
+        return None
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 < v < float("inf"):
+        raise ConfigError(key, v, "use a number of MB (MiB) > 0, or null for a quarter of spark.driver.memory")
+    return float(v)
+
+
+def identifier(key: str, v: Any) -> str:
+    if not isinstance(v, str) or not v or any(ord(c) < 32 for c in v) or len(v.encode()) > 63:
+        raise ConfigError(key, v, "use a schema name of 1 to 63 bytes without control characters")
+    return v
+
+
+def text(key: str, v: Any) -> str:
+    if not isinstance(v, str) or not v.strip():
+        raise ConfigError(key, v, "use a non-empty string")
+    return v
+
+
+def choice(choices: Sequence[str]) -> Callable[[str, Any], str]:
+    def check(key: str, v: Any) -> str:
+        if v not in choices:
+            raise ConfigError(key, v, f"use one of: {', '.join(choices)}")
+        return str(v)
+
+    return check
+
+
+def positive_number(key: str, v: Any) -> float:
+    if isinstance(v, bool) or not isinstance(v, int | float) or not v > 0:
+        raise ConfigError(key, v, "a number above 0 (MiB)")
+    return float(v)
+
+
+def split(key: str, v: Any) -> int:
+    if type(v) is not int or v not in (2, 3):
+        raise ConfigError(key, v, "a failing group is split in 3 (HVAR) or 2 (its older mechanism)")
+    return v
