@@ -80,3 +80,23 @@ def test_a_run_limited_in_cycles_resumes_where_it_stopped(
     assert_target_equals_reference(config, tmp_path / "in")
     again = run(config, spark)
     assert again.reports == [], "caught up: nothing to do"
+
+
+@pytest.mark.parametrize("compile_setting", ["small groups", "log order"])
+def test_groups_and_log_order_apply_the_same_rows_as_one_compiled_cycle(
+    tmp_path: Path, spark: Any, target_settings: list[str], compile_setting: str
+) -> None:
+    generate_workload(tmp_path / "in", seed=6, transactions=120, file_size_mb=0.04, profile="demo")
+    limits = {"compile_max_cmds": 40} if compile_setting == "small groups" else {"compile": "false"}
+    config = make_config(tmp_path, tmp_path / "in", target_settings, **limits)
+    summary = run(config, spark)
+    assert_target_equals_reference(config, tmp_path / "in")
+    groups = [g for r in summary.reports for g in r.groups]
+    modes = {g["mode"] for g in groups}
+    if compile_setting == "small groups":
+        assert {"compiled", "log order"} <= modes
+        assert all(g["commands"] <= 40 for g in groups if g["mode"] == "compiled")
+        assert any(g.get("reason") == "it truncates a table" for g in groups)
+    else:
+        assert modes == {"log order"} and len(groups) == summary.committed
+        assert {g["reason"] for g in groups} == {"apply.compile is off"}

@@ -20,7 +20,7 @@ cycle began, as Spark would read them.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 
 import pyarrow as pa
@@ -70,6 +70,7 @@ def compile_locally(
     truncates: Mapping[str, tuple[int, int]],
     touched: Iterable[str],
     into: CompiledCycle,
+    groups: Sequence[tuple[int, CompiledCycle]] = (),
 ) -> CompiledCycle:
     """:func:`~applier.engine.compile.compile_cycle`'s result, computed in this process.
 
@@ -77,13 +78,17 @@ def compile_locally(
         rows: the committed rows (``.dat`` columns plus ``commit_lsn``), ``T`` rows included.
         tables: the definitions by name; ``truncates`` each truncated table's last truncate position.
         touched: the tables the rows change.
-        into: where the chunks go.
+        into: where the chunks go (the first group's, with ``groups``).
+        groups: the later compilable groups, as :func:`~applier.engine.compile.compile_cycle` takes them.
     """
     names = sorted(set(touched) | set(truncates))
     definitions = {n: tables[n] for n in names}
     if not names:
         return into
-    events = pa.Table.from_batches([event_batch(b, definitions, truncates) for b in rows.to_batches()])
+    bounds = [start for start, _ in groups]
+    holders = [into, *(holder for _, holder in groups)]
+    batches = rows.to_batches() or [pa.RecordBatch.from_pylist([], rows.schema)]
+    events = pa.Table.from_batches([event_batch(b, definitions, truncates, None, bounds) for b in batches])
     if events.num_rows:
         ordered = events.sort_by(
             [("table", "ascending"), ("key", "ascending"), ("commit_lsn", "ascending"), ("lsn", "ascending")]
@@ -94,12 +99,12 @@ def compile_locally(
         finals = finals.rename_columns(
             {"existed_first": "existed", "present_last": "present", "image_last": "image", "n_sum": "n"}
         ).sort_by([("table", "ascending"), ("group", "ascending")])
-        batches = finals.select(["table", "group", "existed", "present", "image", "n"]).to_batches()
+        aggregated = finals.select(["table", "group", "existed", "present", "image", "n"]).to_batches()
     else:
-        batches = []
-    for described in chunk_batches(definitions, frozenset(truncates), str(into.folder), batches):
+        aggregated = []
+    for described in chunk_batches(definitions, frozenset(truncates), str(into.folder), aggregated):
         for chunk in pa.Table.from_batches([described], CHUNK_SCHEMA).to_pylist():
-            into.add_file(chunk["table"], Path(chunk["path"]), chunk["bytes"], chunk)
+            holders[chunk["group"]].add_file(chunk["table"], Path(chunk["path"]), chunk["bytes"], chunk)
     return into
 
 

@@ -75,9 +75,15 @@ class CompiledCycle(Mapping[str, TableChanges]):
         self.spill_created: list[dict[str, Any]] = []
         self.spill_removed: list[dict[str, Any]] = []
         self.file_bytes = 0
+        self._closed = False
         self.folder = self.spill_dir / f"{configuration_name}_{COMPILED_PART}"
-        shutil.rmtree(self.folder, ignore_errors=True)  # left by a crash
-        self.folder.mkdir(parents=True)
+        # Several holders share the folder while a cycle's groups wait to be applied; the first clears
+        # what a crash left, the last removes it.
+        with _FOLDERS_LOCK:
+            if not _LIVE.get(self.folder):
+                shutil.rmtree(self.folder, ignore_errors=True)
+            _LIVE[self.folder] = _LIVE.get(self.folder, 0) + 1
+        self.folder.mkdir(parents=True, exist_ok=True)
         queue.register(self)
 
     # ------------------------------------------------------------------ filling
@@ -163,6 +169,9 @@ class CompiledCycle(Mapping[str, TableChanges]):
 
     def close(self) -> None:
         """Free every buffer and delete the spill files and chunk files (after the cycle committed, or failed)."""
+        if self._closed:
+            return
+        self._closed = True
         for name in list(self._buffers):
             self.release(name)
             path = self._buffers[name].path
@@ -171,8 +180,21 @@ class CompiledCycle(Mapping[str, TableChanges]):
                 path.unlink(missing_ok=True)
                 self.spill_removed.append({"file": path.name, "bytes": size})
                 self._buffers[name].path = None
-        shutil.rmtree(self.folder, ignore_errors=True)
+            for chunk_file in self._buffers[name].files:
+                chunk_file.unlink(missing_ok=True)
+            self._buffers[name].files = []
+        with _FOLDERS_LOCK:
+            live = _LIVE.get(self.folder, 0)
+            if live:
+                _LIVE[self.folder] = live - 1
+                if live == 1:
+                    del _LIVE[self.folder]
+                    shutil.rmtree(self.folder, ignore_errors=True)
         self.queue.unregister(self)
+
+
+_LIVE: dict[Path, int] = {}  # holders not yet closed, per compile folder
+_FOLDERS_LOCK = threading.Lock()
 
 
 def release(changes: Mapping[str, TableChanges], name: str) -> None:

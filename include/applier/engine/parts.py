@@ -14,13 +14,23 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from applier.advise.arithmetic import expanded_row_size
 from applier.config import Config
 from applier.engine.buffers import BufferedTxn
 from applier.engine.checkpoint import Intent
+from applier.engine.compile_local import LOCAL_ROWS, part_rows
+from applier.engine.groups import GroupLimits, TxnShape, estimate_cdb_bytes
 from applier.engine.reading import CycleInput
 from applier.engine.report import CycleReport
 from applier.engine.retry import RetryPolicy
-from applier.engine.sparkapply import CompiledFactory, apply_committed, narrowed, transaction_rows
+from applier.engine.sparkapply import (
+    CompiledFactory,
+    apply_committed,
+    apply_compiled,
+    compile_committed,
+    narrowed,
+    transaction_rows,
+)
 from applier.engine.units import Changed, CycleParts, commit_order
 from applier.errors import TargetError
 from applier.intermediate.pairs import pair_name
@@ -48,25 +58,28 @@ class PartContext:
 
 
 def cycle_parts(context: PartContext) -> CycleParts:
-    """The cycle's transactions in commit order, ready to apply whole or from where its intent left off.
+    """The cycle's transactions in commit order, ready to apply group by group from where its intent left off.
 
-    A target whose cycle commit is not atomic across tables (Delta) does not
-    split a refused group: a table that committed the group before another
-    refused it would keep the failing transaction's changes. Its refusal
-    stops the cycle whole, as before.
+    A target whose cycle commit is not atomic across tables (Delta) splits a
+    refused group only when it refused before committing any table
+    (``TargetError.nothing_applied``): otherwise a table that committed the
+    group would keep the failing transaction's changes.
     """
     c = context
     order = commit_order(c.cycle.commits)
-    commands = dict(c.cycle.xid_rows)
-    for xid, txn in c.taken.items():
-        commands[xid] = commands.get(xid, 0) + txn.rows
     apply = c.config.apply
+    limits = GroupLimits(apply.compile, apply.compile_max_cmds, int(apply.cdb_max_size_mb * 1024 * 1024))
     return CycleParts(
         cycle_id=c.cycle_id,
         order=order,
-        commands=commands,
-        commit_lsns=c.cycle.commits,
+        shapes=txn_shapes(c.cycle, c.taken, c.tables, order),
         apply_part=lambda part, xids: _apply_part(c, part, xids),
+        compile_groups=lambda groups: _compile_groups(c, groups),
+        apply_compiled=lambda part, holder: apply_compiled(
+            c.target, c.cycle_id, holder, c.report, c.position, RetryPolicy.of(apply), c.held, part
+        ),
+        discard=lambda holder: holder.close(),
+        limits=limits,
         pass_transaction=lambda part, xid, error, action: _pass(c, part, xid, error, action),
         progress=lambda through, end: _progress(c, len(order), through, end),
         describe=lambda xid: describe(c.cycle, xid),
@@ -75,6 +88,36 @@ def cycle_parts(context: PartContext) -> CycleParts:
         threshold=apply.compile_retry_threshold,
         splits=c.target.atomic_cycles,
     )
+
+
+def txn_shapes(
+    cycle: CycleInput, taken: Mapping[str, BufferedTxn], tables: Mapping[str, TableDef], order: Sequence[str]
+) -> list[TxnShape]:
+    """What grouping needs of each committed transaction, in commit order.
+
+    Its commands are its rows (``T`` rows included); its net-change size is
+    estimated by the queue arithmetic, each table's row at its fixed widths
+    plus the table's longest image in the cycle (a bound on the variable part).
+    Rows buffered in earlier cycles are shared evenly among their tables.
+    """
+    by_xid: dict[str, dict[str, float]] = {}
+    for (xid, table), n in cycle.xid_table_rows.items():
+        by_xid.setdefault(xid, {})[table] = n
+    for xid, txn in taken.items():
+        mine = by_xid.setdefault(xid, {})
+        for table in txn.tables:
+            mine[table] = mine.get(table, 0) + txn.rows / len(txn.tables)
+    sizes: dict[str, int] = {}
+    for name in {t for rows in by_xid.values() for t in rows}:
+        columns = ((col.name, col.type) for col in tables[name].columns) if name in tables else ()
+        sizes[name] = expanded_row_size(columns, {}) + cycle.longest_image.get(name, 0)
+    truncating = {xid for xid, _ in cycle.truncates} | {x for x, t in taken.items() if t.truncates}
+    shapes = []
+    for xid in order:
+        rows = {t: round(n) for t, n in by_xid.get(xid, {}).items()}
+        commands = cycle.xid_rows.get(xid, 0) + (taken[xid].rows if xid in taken else 0)
+        shapes.append(TxnShape(xid, cycle.commits[xid], commands, estimate_cdb_bytes(rows, sizes), xid in truncating))
+    return shapes
 
 
 def describe(cycle: CycleInput, xid: str) -> str:
@@ -109,6 +152,18 @@ def _pass(c: PartContext, part: Part, xid: str, error: TargetError, action: str)
         changes=transaction_rows(c.spark, c.cycle, c.taken, c.memory_file, xid) if logged else None,
     )
     c.target.pass_transaction(c.cycle_id, part, c.position, passed)
+
+
+def _compile_groups(c: PartContext, groups: Sequence[Sequence[str]]) -> list[Any]:
+    """Several compilable groups of the cycle in one compile (in the driver when small), a holder for each."""
+    xids = [x for group in groups for x in group]
+    cycle, taken = narrowed(c.cycle, c.taken, xids)
+    local = part_rows(cycle, taken) <= LOCAL_ROWS
+    return list(
+        compile_committed(
+            c.spark, cycle, taken, c.tables, c.holder, c.memory_file, c.report, local=local, groups=groups
+        )
+    )
 
 
 def _progress(c: PartContext, total: int, through: int, part_end: int) -> None:

@@ -8,7 +8,7 @@ the target applies them in one commit per table tagged with the cycle.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Collection, Iterable, Iterator, Mapping
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -112,28 +112,78 @@ def apply_committed(
         For each table changed: whether it was truncated, and the change in its
         row count (net inserts minus net deletes after any truncate).
     """
-    held = {} if held is None else held
     if not cycle.commits:
         return {}
+    local = part is not None and part_rows(cycle, taken) <= LOCAL_ROWS  # a small part of a refused cycle
+    compiled = compile_committed(spark, cycle, taken, tables, holder, memory_file, report, local=local)
+    if not compiled:
+        return {}
+    return apply_compiled(target, cycle_id, compiled[0], report, position, retry, held, part)
+
+
+def compile_committed(
+    spark: Any,
+    cycle: CycleInput,
+    taken: Mapping[str, BufferedTxn],
+    tables: Mapping[str, TableDef],
+    holder: CompiledFactory,
+    memory_file: Path | None,
+    report: CycleReport,
+    *,
+    local: bool = False,
+    groups: Sequence[Collection[str]] = (),
+) -> list[CompiledCycle]:
+    """Compile the committed transactions of ``cycle`` and ``taken``: one holder, or one per group.
+
+    Args:
+        local: compile in this process (:mod:`~applier.engine.compile_local`), not in a Spark job.
+        groups: the transactions of each compilable group, in commit order
+            (runs of commit order, none truncating): one job compiles them all
+            and each group's net changes go to a holder of its own. None: all
+            transactions are one group.
+
+    Returns:
+        The holders, one per group; none when no file holds a row to read.
+    """
     with report.phase("spark"):
-        touched = set().union(*(cycle.tables_of.get(xid, set()) for xid in cycle.commits))
-        touched.update(*(t.tables for t in taken.values()))
+        sets = [set(g) for g in groups] or [set(cycle.commits)]
         truncates = last_truncates(
             cycle.commits, [*cycle.truncates, *((t.xid, at) for t in taken.values() for at in t.truncates)]
         )
-        if part is not None and part_rows(cycle, taken) <= LOCAL_ROWS:  # a small part of a refused cycle
-            compiled = holder({name: tables[name] for name in sorted(touched | set(truncates))}, frozenset(truncates))
-            try:
+        if len(sets) > 1 and truncates:
+            raise ValueError("compilable groups hold no truncate: a truncating transaction is applied alone")
+        touched = [_touched(cycle, taken, xids) for xids in sets]
+        bounds = [min(cycle.commits[x] for x in xids) for xids in sets[1:]]
+        if not local and not _has_input(cycle, taken, memory_file):
+            return []
+        holders: list[CompiledCycle] = []
+        try:
+            for names in touched:
+                holders.append(holder({n: tables[n] for n in sorted(names | set(truncates))}, frozenset(truncates)))
+            every = set().union(*touched)
+            if local:
                 rows = committed_rows_locally(cycle, taken, memory_file)
-                compile_locally(rows, tables, truncates, touched, compiled)
-            except BaseException:
-                compiled.close()
-                raise
-        else:
-            in_spark = _compile_in_spark(spark, cycle, taken, tables, touched, truncates, holder, memory_file)
-            if in_spark is None:
-                return {}
-            compiled = in_spark
+                compile_locally(rows, tables, truncates, every, holders[0], list(zip(bounds, holders[1:], strict=True)))
+            else:
+                _compile_in_spark(spark, cycle, taken, tables, every, truncates, memory_file, holders, bounds)
+        except BaseException:
+            for made in holders:
+                made.close()
+            raise
+    return holders
+
+
+def apply_compiled(
+    target: Target,
+    cycle_id: int,
+    compiled: CompiledCycle,
+    report: CycleReport,
+    position: Mapping[str, int],
+    retry: RetryPolicy = NO_RETRY,
+    held: dict[str, int] | None = None,
+    part: Part | None = None,
+) -> dict[str, tuple[bool, int]]:
+    """Apply a compiled cycle (or part) to the target, then close it; per table: (truncated, row-count change)."""
     try:
         with report.phase("tables"):
             what = f"cycle {cycle_id}" + ("" if part is None else f" (transactions {part.start}..{part.end - 1})")
@@ -146,10 +196,26 @@ def apply_committed(
     report.skipped_tables.extend(load.skipped_tables)
     report.table_seconds.update(load.table_seconds)
     report.load_batches.extend(load.batches)
-    held.update(load.held)
+    if held is not None:
+        held.update(load.held)
     report.spill_created.extend(load.spill_created)
     report.spill_removed.extend(load.spill_removed)
     return {name: _record(report, name, compiled) for name in sorted(compiled)}
+
+
+def _touched(cycle: CycleInput, taken: Mapping[str, BufferedTxn], xids: Collection[str]) -> set[str]:
+    touched: set[str] = set().union(*(cycle.tables_of.get(xid, set()) for xid in xids))
+    touched.update(*(t.tables for x, t in taken.items() if x in xids))
+    return touched
+
+
+def _has_input(cycle: CycleInput, taken: Mapping[str, BufferedTxn], memory_file: Path | None) -> bool:
+    committed = set(cycle.commits)
+    return (
+        any(cycle.xids_by_seq.get(p.seq, set()) & committed for p in cycle.pairs)
+        or any(t.spill_path is not None for t in taken.values())
+        or memory_file is not None
+    )
 
 
 def _compile_in_spark(
@@ -159,31 +225,26 @@ def _compile_in_spark(
     tables: Mapping[str, TableDef],
     touched: set[str],
     truncates: Mapping[str, tuple[int, int]],
-    holder: CompiledFactory,
     memory_file: Path | None,
-) -> CompiledCycle | None:
-    """The compile job over the cycle's input (None when it has no rows to read)."""
+    holders: Sequence[CompiledCycle],
+    bounds: Sequence[int],
+) -> None:
+    """The compile job over the cycle's input, into ``holders`` (one per group)."""
     rows = _committed_input(spark, cycle, taken, memory_file)
-    if rows is None:
-        return None
+    assert rows is not None  # _has_input said so
     commits = spark.createDataFrame(sorted(cycle.commits.items()), "xid string, commit_lsn long")
-    compiled = holder({name: tables[name] for name in sorted(touched | set(truncates))}, frozenset(truncates))
     input_bytes = cycle.bytes + sum(t.bytes for t in taken.values())
     partitions = compile_partitions(input_bytes, int(spark.conf.get("spark.sql.shuffle.partitions")))
-    try:
-        compile_cycle(
-            committed_rows(rows, commits),
-            tables,
-            truncates,
-            touched,
-            compiled,
-            partitions=partitions,
-            weights=_table_weights(cycle, taken),
-        )
-    except BaseException:
-        compiled.close()
-        raise
-    return compiled
+    compile_cycle(
+        committed_rows(rows, commits),
+        tables,
+        truncates,
+        touched,
+        holders[0],
+        partitions=partitions,
+        weights=_table_weights(cycle, taken),
+        groups=list(zip(bounds, holders[1:], strict=True)),
+    )
 
 
 def narrowed(

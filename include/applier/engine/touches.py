@@ -35,8 +35,11 @@ def table_rows_by_xid(rows: pa.Table) -> list[tuple[str, str, int]]:
 
 
 def longest_images(rows: pa.Table) -> dict[str, int]:
-    """Per table, the longest image (in bytes) of a batch of ``.dat`` rows: a bound on a row's variable-length part."""
-    if rows.num_rows == 0:
+    """Per table, the longest image (in bytes) of a batch of ``.dat`` rows: a bound on a row's variable-length part.
+
+    Rows read without their images (re-reading pairs to rebuild buffers) give none.
+    """
+    if rows.num_rows == 0 or "after" not in rows.column_names or "before" not in rows.column_names:
         return {}
     lengths = pc.max_element_wise(
         pc.binary_length(rows.column("after")), pc.binary_length(rows.column("before")), skip_nulls=True

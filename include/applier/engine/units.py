@@ -25,12 +25,14 @@ transaction not applied or passed, re-applying the part under way first.
 
 from __future__ import annotations
 
+import functools
 import logging
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from applier.config import ErrorsConfig
-from applier.engine.groups import Group, TxnShape
+from applier.engine.groups import LOG_ORDER, Group, GroupLimits, TxnShape, form_groups
 from applier.engine.split import enhanced_retry
 from applier.errors import TargetError, TransactionStoppedError
 from applier.targets import Part
@@ -62,15 +64,19 @@ class CycleParts:
     Args:
         cycle_id: the cycle.
         order: its committed transactions in commit order (:func:`commit_order`).
-        commands: rows per transaction (for the retry threshold).
+        shapes: what grouping needs of each of them (commands, estimated size, truncates).
         apply_part: compiles and applies the transactions of a part in one
             target commit (transient errors already retried); raises
             :class:`TargetError` leaving nothing of it.
+        compile_groups: compiles several groups' transactions in one job, a holder per group.
+        apply_compiled: applies a part from its holder (and closes it), as ``apply_part`` does.
+        discard: closes a holder that will not be applied (the run stopped).
         pass_transaction: moves the target past a part of one failing
             transaction that its action lets by, keeping it when it logs it.
         progress: records ``(through, part_end)`` in the intent.
         describe: names a transaction for messages (xid, commit lsn, pair).
         errors: the error actions.
+        limits: the compile limits that close a group.
         split: parts per split; ``threshold``: commands under which a group goes to log order.
         splits: whether a refused group is split whatever the error (the
             target rolls a failed part back whole); if not, only a refusal
@@ -79,13 +85,16 @@ class CycleParts:
 
     cycle_id: int
     order: Sequence[str]
-    commands: Mapping[str, int]
-    commit_lsns: Mapping[str, int]
+    shapes: Sequence[TxnShape]
     apply_part: Callable[[Part, Sequence[str]], Changed]
+    compile_groups: Callable[[Sequence[Sequence[str]]], list[Any]]
+    apply_compiled: Callable[[Part, Any], Changed]
+    discard: Callable[[Any], None]
     pass_transaction: Callable[[Part, str, TargetError, str], None]
     progress: Callable[[int, int], None]
     describe: Callable[[str], str]
     errors: ErrorsConfig
+    limits: GroupLimits = field(default_factory=GroupLimits)
     split: int = 3
     threshold: int = 100
     splits: bool = True
@@ -93,12 +102,14 @@ class CycleParts:
     groups: list[dict[str, object]] = field(default_factory=list)
     passed: list[dict[str, object]] = field(default_factory=list)
     _index: dict[str, int] = field(default_factory=dict)
+    _shapes: dict[str, TxnShape] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         self._index = {xid: i for i, xid in enumerate(self.order)}
+        self._shapes = {t.xid: t for t in self.shapes}
 
     def apply_whole(self) -> Changed:
-        """Apply the cycle as one group; on a permanent refusal, find and settle the failing transactions.
+        """Apply the cycle group by group; on a permanent refusal, find and settle the failing transactions.
 
         Raises:
             TransactionStoppedError: a failing transaction's action stops the run.
@@ -107,27 +118,65 @@ class CycleParts:
         return self.apply_from(0, 0)
 
     def apply_from(self, through: int, part_end: int) -> Changed:
-        """Apply the transactions from ``through`` on: first the part under way up to ``part_end``, if any."""
+        """Apply the transactions from ``through`` on: first the part under way up to ``part_end``, if any.
+
+        The rest form groups (:func:`~applier.engine.groups.form_groups`). One
+        compilable group is compiled and applied as one part (the whole cycle
+        when nothing of it was applied yet); several are compiled together in
+        one job, then applied one by one in commit order, with each
+        noncompilable transaction alone, in log order, where it falls.
+        """
         if part_end:
-            self._group(through, part_end)
+            self._run(self._range(through, part_end), lambda g: self._apply(g))
             through = part_end
-        if through < len(self.order):
-            self._group(through, len(self.order))
+        groups = form_groups([self._shapes[x] for x in self.order[through:]], self.limits)
+        if len(groups) == 1 and groups[0].compiled:
+            self._run(groups[0], lambda g: self._apply(g))
+            return self.changed
+        compiled = [g for g in groups if g.compiled]
+        made = self.compile_groups([[t.xid for t in g.txns] for g in compiled]) if compiled else []
+        holders = dict(zip(map(id, compiled), made, strict=True)) if made else {}  # none: no rows to read
+        try:
+            for group in groups:
+                self._run(group, functools.partial(self._apply, holder=holders.pop(id(group), None)))
+        finally:
+            for holder in holders.values():
+                self.discard(holder)
         return self.changed
 
-    def _group(self, start: int, end: int) -> None:
-        group = Group(tuple(self._shape(xid) for xid in self.order[start:end]))
+    def _range(self, start: int, end: int) -> Group:
+        return Group(tuple(self._shapes[xid] for xid in self.order[start:end]))
+
+    def _run(self, group: Group, first: Callable[[Group], None]) -> None:
+        """Apply ``group`` by ``first``; if the target refuses it, narrow it down (or settle its one transaction)."""
+        part = self._part(group)
+        entry: dict[str, object] = {
+            "transactions": len(group.txns),
+            "commands": group.commands,
+            "cdb_bytes": group.cdb_bytes,
+            "mode": group.mode,
+            "attempts": 1,
+        }
+        if group.reason:
+            entry["reason"] = group.reason
+        self.groups.append(entry)
         try:
-            self._apply(group)
+            first(group)
             return
         except TargetError as e:
             if not self._splittable(e):
                 raise
-            log.warning(
-                "cycle %d: transactions %d..%d (%d) were refused as one group (%s); splitting it to find the "
-                "failing transaction",
-                *(self.cycle_id, start, end - 1, end - start, e),
-            )
+            error = e
+        if not group.compiled or len(group.txns) == 1:
+            stopped = self._settle(Group(group.txns, LOG_ORDER, group.reason), error)
+            if stopped:
+                raise self._stop(group.txns[0].xid, error)
+            return
+        log.warning(
+            "cycle %d: transactions %d..%d (%d) were refused as one group (%s); splitting it to find the "
+            "failing transaction",
+            *(self.cycle_id, part.start, part.end - 1, part.end - part.start, error),
+        )
         outcome = enhanced_retry(
             group,
             self._apply,
@@ -136,27 +185,26 @@ class CycleParts:
             threshold=self.threshold,
             permanent=lambda e: isinstance(e, TargetError) and self._splittable(e),
         )
-        self.groups.append(
-            {"transactions": end - start, "commands": group.commands, "attempts": outcome.attempts, "mode": "retry"}
-        )
+        entry["attempts"], entry["mode"] = outcome.attempts, "retry"
         if outcome.stopped:
-            failed, error = outcome.failed[-1]
-            raise self._stop(failed.txns[0].xid, error)
+            failed, stop_error = outcome.failed[-1]
+            raise self._stop(failed.txns[0].xid, stop_error)
 
     def _splittable(self, error: TargetError) -> bool:
         """Whether a refusal can be narrowed down: permanent, and nothing of the refused part is in the target."""
         return not error.transient and (self.splits or error.nothing_applied)
 
-    def _shape(self, xid: str) -> TxnShape:
-        return TxnShape(xid, self.commit_lsns[xid], self.commands.get(xid, 0), 0)
-
     def _part(self, group: Group) -> Part:
         return Part(self._index[group.txns[0].xid], self._index[group.txns[-1].xid] + 1, len(self.order))
 
-    def _apply(self, group: Group) -> None:
+    def _apply(self, group: Group, holder: Any = None) -> None:
+        """Apply ``group`` as one part: compiled now, or from ``holder`` (compiled with the other groups)."""
         part = self._part(group)
         self.progress(part.start, part.end)
-        changed = self.apply_part(part, [t.xid for t in group.txns])
+        if holder is None:
+            changed = self.apply_part(part, [t.xid for t in group.txns])
+        else:
+            changed = self.apply_compiled(part, holder)
         self.changed = then(self.changed, changed)
         self.progress(part.end, 0)
 
