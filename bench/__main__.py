@@ -79,7 +79,7 @@ def _parser() -> argparse.ArgumentParser:
         "--steps",
         type=selected_steps,
         default=list(ORDER),
-        help=f"steps or groups (delta, memory, pg, all; default all): {','.join(ORDER)}",
+        help=f"steps or groups (delta, memory, pg, errors, all; default all): {','.join(ORDER)}",
     )
     add(
         "--workdir",
@@ -127,6 +127,9 @@ def _parser() -> argparse.ArgumentParser:
         help="round-trip times to emulate through the relay ('' for none; default 0.25,1)",
     )
     add("--network-prefix", type=int, default=2000, help="transactions each baseline applies through the relay")
+    add("--bad-row-transactions", type=int, default=10_000, help="bad-row workload transactions (default 10000)")
+    add("--bad-row-rows", type=int, default=100, help="rows of each bad-row transaction (default 100: 1M changes)")
+    add("--bad-row-at", type=int, default=6_170, help="the bad-row workload's bad transaction (default 6170)")
     add("--part", help=argparse.SUPPRESS)
     add("--part-params", type=Path, help=argparse.SUPPRESS)
     return p
@@ -148,6 +151,8 @@ _COUNTS = (
     "pertxn_prefix",
     "rowbyrow_prefix",
     "network_prefix",
+    "bad_row_transactions",
+    "bad_row_rows",
 )
 
 

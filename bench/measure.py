@@ -148,7 +148,7 @@ def applier_settings(
     ``target`` holds the target's keys (``{"path": ...}`` or ``{"type": "postgres", "url": ...}``) and any
     ``apply.*`` keys to add (named with their prefix, e.g. ``{"apply.queue_memory_mb": 16}``).
     """
-    keys = {k if k.startswith("apply.") else f"target.{k}": v for k, v in target.items()}
+    keys = {k if k.startswith(("apply.", "errors.")) else f"target.{k}": v for k, v in target.items()}
     return [
         f"configuration_name={name}",
         f"intermediate_dir={intermediate}",

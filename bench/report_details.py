@@ -280,6 +280,38 @@ def _relay(r: dict[str, Any], network: dict[str, Any], add: Add) -> None:
     )
 
 
+def _bad_row(r: dict[str, Any], add: Add) -> None:
+    if "bad-row" not in r:
+        return
+    b = r["bad-row"]
+    runs = b["runs"]
+    add("## One bad transaction in a 1M-change cycle (PostgreSQL)")
+    add("")
+    rows = [
+        [
+            mode,
+            f"{x['wall_s']:.1f}",
+            f"{x['cycle_seconds']:.1f}",
+            x["groups"],
+            x["attempts"],
+            ", ".join(x["exceptions"]) or "-",
+            f"{x['rows']:,}",
+            f"{x['peak_tree_mib']:,.0f}",
+        ]
+        for mode, x in runs.items()
+    ]
+    head = ["run", "wall s", "in cycles s", "groups", "applies", "set aside", "rows in the table", "tree peak MiB"]
+    table(add, head, rows, text=5)
+    para(
+        add,
+        f"One table, {b['rows_each']} inserts per transaction, one cycle; the bad transaction (b{b['bad']}) breaks "
+        "the target's CHECK (qty >= 0) and its action is log. *applies* counts target applies (a group's first, "
+        "then each attempt of the enhanced retry, or each transaction in log order). The clean runs compare one "
+        "compiled group (the engine before groups), the default groups (apply.compile_max_cmds 100,000) and "
+        "apply.compile false (every transaction alone).",
+    )
+
+
 def _forms(r: dict[str, Any], add: Add) -> None:
     if not (x := r.get("pg-forms")):
         return
@@ -300,4 +332,4 @@ def _forms(r: dict[str, Any], add: Add) -> None:
     para(add, f"{verdict}. Both forms left the same rows in every trial: {yes(x['agree'])}.")
 
 
-SECTIONS = (_memory, _network, _forms, _details)
+SECTIONS = (_bad_row, _memory, _network, _forms, _details)

@@ -38,12 +38,19 @@ from bench.measure import (
     write_config,
 )
 from bench.pg_server import Databases, database_url, fingerprints, round_trip_ms
-from bench.workload import generate, latest_table_defs, prepare_workdir, write_run_length_pairs
+from bench.workload import (
+    generate,
+    latest_table_defs,
+    prepare_workdir,
+    write_bad_row_pairs,
+    write_run_length_pairs,
+)
 
 GROUPS = {
     "delta": ("narrow", "limit", "pertxn", "small"),
     "memory": ("wide", "many-open", "run-length"),
     "pg": ("pg-compiled", "pg-limit", "pg-forms", "pg-pertxn", "pg-rowbyrow", "pg-network"),
+    "errors": ("bad-row",),
 }
 ORDER = tuple(step for steps in GROUPS.values() for step in steps)
 NEEDS = {
@@ -62,7 +69,7 @@ def selected_steps(text: str) -> list[str]:
     for word in (w.strip() for w in text.split(",") if w.strip()):
         if word not in (*ORDER, *GROUPS, "all"):
             raise argparse.ArgumentTypeError(
-                f"unknown step {word!r}; steps: {', '.join(ORDER)}; groups: delta, memory, pg, all"
+                f"unknown step {word!r}; steps: {', '.join(ORDER)}; groups: delta, memory, pg, errors, all"
             )
         chosen |= set(ORDER if word == "all" else GROUPS.get(word, (word,)))
     for step in list(chosen):
@@ -88,6 +95,7 @@ class Bench:
             "wide": lambda: generate(folder, "wide", a.wide_transactions, a.wide_file_size_mb, **wide),
             "many-open": lambda: generate(folder, "many-open", a.many_open_transactions, None),
             "run-length": lambda: write_run_length_pairs(folder, a.run_length_cycles, a.run_length_transactions),
+            "bad-row": lambda: write_bad_row_pairs(folder, a.bad_row_transactions, a.bad_row_rows, a.bad_row_at),
         }
         if key not in self.r["workloads"]:
             self.r["workloads"][key] = makers[key]()
@@ -299,6 +307,77 @@ def step_pg_baseline(b: Bench, part: str, prefix: int | None) -> None:
         checks["agree"] = checks["rows"]["pg-pertxn"] == checks["rows"]["pg-rowbyrow"] if same else None
 
 
+BAD_ROW_MODES: dict[str, dict[str, Any]] = {
+    # name: (constraint on the target?, apply/errors settings)
+    "one group, clean": {"constraint": False, "apply.compile_max_cmds": 10**9},
+    "groups (defaults), clean": {"constraint": False},
+    "apply.compile false, clean": {"constraint": False, "apply.compile": "false"},
+    "one bad, split in 3": {"constraint": True, "apply.compile_max_cmds": 10**9},
+    "one bad, split in 2": {"constraint": True, "apply.compile_max_cmds": 10**9, "apply.retry_split": 2},
+    "one bad, whole group in log order": {
+        "constraint": True,
+        "apply.compile_max_cmds": 10**9,
+        "apply.compile_retry_threshold": 10**9,
+    },
+}
+
+
+def step_bad_row(b: Bench) -> None:
+    """One 1M-change cycle on PostgreSQL: clean (one group, default groups, no compile), then with one bad transaction.
+
+    Each mode runs on a new database whose table is created first, with the
+    CHECK constraint ``qty >= 0`` in the modes with a bad transaction (its
+    action ``log``). Attempts come from the cycle report's ``groups``.
+    """
+    folder = b.workload("bad-row")
+    runs: dict[str, Any] = {}
+    for mode, settings in BAD_ROW_MODES.items():
+        url = b.dbs.create("bad")
+        _items_table(url, settings["constraint"])
+        name = "bad_" + "".join(c if c.isalnum() else "_" for c in mode)[:40]
+        keys = {k: v for k, v in settings.items() if k != "constraint"}
+        target = {
+            "type": "postgres",
+            "url": url,
+            "apply.threads": b.args.threads,
+            "errors.actions.check": "log",
+            **keys,
+        }
+        result = run_applier(
+            b.workdir, name, applier_settings(b.workdir, name, folder, 0.0, b.args.driver_memory, target)
+        )
+        report = [json.loads(line) for line in (b.workdir / name / "output" / name / "cycles.jsonl").open()]
+        groups = [g for c in report for g in c["groups"]]
+        result.update(
+            groups=len(groups),
+            attempts=sum(int(g["attempts"]) for g in groups),
+            exceptions=[e["xid"] for c in report for e in c["exceptions"]],
+            rows=_count(url),
+        )
+        runs[mode] = result
+        b.dbs.drop(url)
+        progress(f"bad-row {mode}: {result['wall_s']:.1f} s, {result['attempts']} attempts, {result['rows']} rows")
+    b.r["bad-row"] = {"runs": runs, "bad": b.args.bad_row_at, "rows_each": b.args.bad_row_rows}
+
+
+def _items_table(url: str, constraint: bool) -> None:
+    import psycopg
+
+    with psycopg.connect(url) as conn:
+        conn.execute("CREATE SCHEMA bench")
+        conn.execute("CREATE TABLE bench.items (id bigint PRIMARY KEY, qty integer, note text)")
+        if constraint:
+            conn.execute("ALTER TABLE bench.items ADD CONSTRAINT qty_not_negative CHECK (qty >= 0)")
+
+
+def _count(url: str) -> int:
+    import psycopg
+
+    with psycopg.connect(url) as conn:
+        row = conn.execute("SELECT count(*) FROM bench.items").fetchone()
+    return int(row[0]) if row else 0
+
+
 def step_pg_network(b: Bench) -> None:
     """Each approach through a relay delaying every byte, at each ``--network-rtt-ms``.
 
@@ -348,4 +427,5 @@ STEPS: dict[str, Callable[[Bench], None]] = {
     "pg-pertxn": lambda b: step_pg_baseline(b, "pg-pertxn", b.args.pertxn_prefix),
     "pg-rowbyrow": lambda b: step_pg_baseline(b, "pg-rowbyrow", b.args.rowbyrow_prefix),
     "pg-network": lambda b: step_pg_network(b) if b.args.network_rtt_ms else None,
+    "bad-row": step_bad_row,
 }

@@ -209,3 +209,51 @@ def write_run_length_pairs(intermediate: Path, pairs: int, per_pair: int, accoun
         "rows_per_op": {"I": accounts + per_pair * (pairs - 1), "U": per_pair * (pairs - 1)},
         "seconds": time.perf_counter() - started,
     }
+
+
+def write_bad_row_pairs(intermediate: Path, transactions: int, rows_each: int, bad: int) -> dict[str, Any]:
+    """One table's inserts, ``rows_each`` per transaction, in pairs of 16 MiB; transaction ``bad`` breaks a CHECK.
+
+    Transaction ``t`` inserts ids ``t * rows_each ..``; its rows carry ``qty`` 0
+    to ``rows_each - 1``, except one row of transaction ``bad`` with ``qty`` -1,
+    which a target constraint ``qty >= 0`` refuses.
+    """
+    from applier.intermediate.schema import Column, TableDef
+    from applier.intermediate.writer import IntermediateWriter
+
+    started = time.perf_counter()
+    items = TableDef(
+        "bench.items",
+        (Column("id", "bigint", False), Column("qty", "int", True), Column("note", "string", True)),
+        ("id",),
+    )
+    at, lsn = dt.datetime(2026, 1, 1, tzinfo=dt.UTC), 1
+    with IntermediateWriter(intermediate, max_file_size_bytes=16 * MIB) as writer:
+        writer.define_table(items)
+        for t in range(transactions):
+            xid = f"b{t}"
+            writer.begin(xid, lsn, at)
+            for k in range(rows_each):
+                qty = -1 if t == bad and k == rows_each // 2 else k
+                row = {"id": t * rows_each + k, "qty": qty, "note": f"item {t}/{k}"}
+                writer.row(lsn + 1 + k, xid, items.name, "I", None, row)
+            writer.commit(xid, lsn + rows_each + 1, at)
+            lsn += rows_each + 2
+    size = sum(f.stat().st_size for f in intermediate.iterdir())
+    changes = transactions * rows_each
+    progress(f"bad-row pairs: {changes} changes in {transactions} transactions, {size / MIB:.1f} MiB")
+    return {
+        "profile": f"bad-row (written by bench.workload; transaction {bad} breaks qty >= 0)",
+        "transactions": transactions,
+        "committed": transactions,
+        "rolled_back": 0,
+        "left_open": 0,
+        "empty": 0,
+        "changes": changes,
+        "pairs": len(list(intermediate.glob("*.dat"))),
+        "bytes": size,
+        "tables": 1,
+        "rows_per_table": {items.name: changes},
+        "rows_per_op": {"I": changes},
+        "seconds": time.perf_counter() - started,
+    }

@@ -27,7 +27,8 @@ def test_a_step_brings_in_the_steps_it_needs_in_the_harness_order() -> None:
     assert selected_steps("wide") == ["narrow", "wide"]
     assert selected_steps("pg-network") == ["pg-compiled", "pg-limit", "pg-pertxn", "pg-rowbyrow", "pg-network"]
     assert selected_steps("run-length,delta") == ["narrow", "limit", "pertxn", "small", "run-length"]
-    assert len(selected_steps("all")) == 13
+    assert len(selected_steps("all")) == 14
+    assert selected_steps("errors") == ["bad-row"]
 
 
 def test_an_unknown_step_is_refused_with_the_known_ones() -> None:
@@ -134,3 +135,22 @@ def test_a_run_that_slows_down_or_grows_misses_the_run_length_goals() -> None:
     report = render(_results(last_cycles_s=0.7, last_rss=360.0))
     assert _goal(report, "no growth in 200 cycles: median seconds").endswith("**1.40x** | **not met** |")
     assert _goal(report, "no growth in 200 cycles: median driver peak").endswith("**1.20x** | **not met** |")
+
+
+def test_the_bad_row_section_shows_each_run_with_its_applies_and_what_was_set_aside() -> None:
+    run = {"wall_s": 42.0, "cycle_seconds": 30.5, "groups": 1, "attempts": 29, "exceptions": ["b6170"]}
+    clean = {**run, "attempts": 1, "exceptions": []}
+    results = _results(last_cycles_s=0.55, last_rss=320.0)
+    results["bad-row"] = {
+        "bad": 6170,
+        "rows_each": 100,
+        "runs": {
+            "one group, clean": {**clean, "rows": 1_000_000, "peak_tree_mib": 900.0},
+            "one bad, split in 3": {**run, "rows": 999_900, "peak_tree_mib": 950.0},
+        },
+    }
+    report = render(results)
+    assert "## One bad transaction in a 1M-change cycle (PostgreSQL)" in report
+    assert "| one group, clean | 42.0 | 30.5 | 1 | 1 | - | 1,000,000 | 900 |" in report
+    assert "| one bad, split in 3 | 42.0 | 30.5 | 1 | 29 | b6170 | 999,900 | 950 |" in report
+    assert "the bad transaction (b6170)" in report
