@@ -294,14 +294,14 @@ def _bad_row(r: dict[str, Any], add: Add) -> None:
             f"{x['cycle_seconds']:.1f}",
             x["groups"],
             x["attempts"],
-            ", ".join(x["exceptions"]) or "-",
             f"{x['rows']:,}",
             f"{x['peak_tree_mib']:,.0f}",
+            ", ".join(x["exceptions"]) or "-",
         ]
         for mode, x in runs.items()
     ]
-    head = ["run", "wall s", "in cycles s", "groups", "applies", "set aside", "rows in the table", "tree peak MiB"]
-    table(add, head, rows, text=5)
+    head = ["run", "wall s", "in cycles s", "groups", "applies", "rows in the table", "tree peak MiB", "set aside"]
+    table(add, head, rows, text=7)
     para(
         add,
         f"One table, {b['rows_each']} inserts per transaction, one cycle; the bad transaction (b{b['bad']}) breaks "
