@@ -18,9 +18,11 @@ import pytest
 from deltalake import DeltaTable
 
 from applier.cli import main
+from applier.config import load_config
 from applier.engine.checkpoint import CheckpointStore
 from applier.engine.split import attempt_bound
 from applier.errors import TransactionStoppedError
+from applier.summary import read_summary, summary_lines
 from applier.targets.delta import DeltaTarget
 from engine_support import make_config, run
 from handmade import event, row, write_pair
@@ -161,6 +163,11 @@ def test_with_log_the_good_transactions_are_applied_and_the_bad_ones_kept_with_e
         f"configuration_name: test_cfg\nintermediate_dir: {tmp_path / 'pairs'}\noutput_dir: {tmp_path / 'out'}\n"
         f"target:\n  type: postgres\n  url: '{pg_url}'\n"
     )
+    status = cli(capsys, "status", "--config", str(settings))
+    line = "transactions set aside by error actions: 3 (3 log); see applier exceptions list (the last 1 cycles)"
+    assert line in status
+    summary_text = "\n".join(summary_lines(read_summary(load_config(settings))))
+    assert "transactions set aside by error actions: 3 (3 log)" in summary_text
     listed = cli(capsys, "exceptions", "list", "--config", str(settings))
     assert [line.split(": ")[0] for line in listed] == [str(k[0]) for k in kept]
     assert "transaction x500 (commit lsn" in listed[1] and "check 23514 [log] 10 changes" in listed[1]

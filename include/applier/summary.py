@@ -23,6 +23,7 @@ from typing import Any
 from applier.config import Config, load_config
 from applier.engine.checkpoint import CheckpointStore
 from applier.engine.ledger import RunLedger
+from applier.engine.report import set_aside_counts
 from applier.errors import ApplierError
 
 RESULTS_FILE = "validation.json"  # as applier.validate writes it, read here without importing GX
@@ -43,6 +44,7 @@ class Summary:
         last_run: the last ledger record's key, mode, status and cycle count, if any.
         validation: the newest validation's JSON, if any.
         chart: the queue-memory chart and what it draws, when one was drawn.
+        set_aside: transactions error actions let by, per action, over every cycle report.
     """
 
     configuration_name: str
@@ -55,6 +57,15 @@ class Summary:
     last_run: dict[str, Any] | None = None
     validation: dict[str, Any] | None = None
     chart: str | None = None
+    set_aside: dict[str, int] = field(default_factory=dict)
+
+
+def set_aside_line(counts: dict[str, int]) -> str:
+    """One line on transactions set aside, for people."""
+    if not counts:
+        return "transactions set aside by error actions: none"
+    each = ", ".join(f"{n} {action}" for action, n in counts.items())
+    return f"transactions set aside by error actions: {sum(counts.values())} ({each}); see applier exceptions list"
 
 
 def _reports(path: Path) -> list[dict[str, Any]]:
@@ -84,6 +95,7 @@ def read_summary(config: Config) -> Summary:
         cycles=checkpoint.cycle_id,
         applied_seq=checkpoint.applied_seq,
         committed=sum(r.get("committed", 0) for r in reports),
+        set_aside=set_aside_counts(reports),
         rolled_back=sum(r.get("rolled_back", 0) for r in reports),
         rows=dict(sorted(checkpoint.row_counts.items())),
         target=f"{config.target.type} tables under {config.target.path}",
@@ -99,6 +111,7 @@ def summary_lines(s: Summary) -> list[str]:
     lines = [
         f"configuration {s.configuration_name}: {s.cycles} cycles, applied through pair {s.applied_seq}",
         f"transactions: {s.committed} committed, {s.rolled_back} rolled back",
+        set_aside_line(s.set_aside),
     ]
     if s.last_run is not None:
         r = s.last_run

@@ -9,7 +9,7 @@ import json
 import logging
 import resource
 import time
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -112,6 +112,15 @@ def append_report(path: Path, report: CycleReport) -> None:
     with open(path, "a", encoding="utf-8") as fh:
         fh.write(json.dumps(asdict(report), sort_keys=True) + "\n")
     log.info(report.log_line())
+
+
+def set_aside_counts(reports: Iterable[dict[str, Any]]) -> dict[str, int]:
+    """Transactions error actions let by in ``reports`` (cycle reports), per action (``log``, ``warn``, ...)."""
+    counts: dict[str, int] = {}
+    for report in reports:
+        for passed in report.get("exceptions", []):
+            counts[passed["action"]] = counts.get(passed["action"], 0) + 1
+    return dict(sorted(counts.items()))
 
 
 def last_report(path: Path) -> dict[str, Any] | None:

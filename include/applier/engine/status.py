@@ -16,8 +16,10 @@ import pyarrow as pa
 from applier.config import Config
 from applier.engine.buffers import row_bytes
 from applier.engine.checkpoint import Checkpoint, CheckpointStore
+from applier.engine.jsonlines import last_lines
+from applier.engine.ledger_cycles import RECENT_CYCLES
 from applier.engine.reading import open_rows, reread_window
-from applier.engine.report import last_report
+from applier.engine.report import last_report, set_aside_counts
 from applier.intermediate.pairs import list_pairs
 
 
@@ -40,6 +42,8 @@ class Status:
     open_transactions: list[OpenTxnStatus] = field(default_factory=list)
     spill_files: list[tuple[str, int]] = field(default_factory=list)
     last_cycle: dict[str, Any] | None = None
+    recent_cycles: int = 0
+    set_aside: dict[str, int] = field(default_factory=dict)
 
 
 def _open_transactions(config: Config, checkpoint: Checkpoint) -> list[OpenTxnStatus]:
@@ -66,8 +70,9 @@ def _open_transactions(config: Config, checkpoint: Checkpoint) -> list[OpenTxnSt
 
 
 def read_status(config: Config) -> Status:
-    """Read the checkpoint, backlog, open transactions, spill files and last cycle."""
+    """Read the checkpoint, backlog, open transactions, spill files, last cycle and what recent cycles set aside."""
     checkpoint = CheckpointStore(config.work_dir).load()
+    recent = last_lines(config.work_dir / "cycles.jsonl", RECENT_CYCLES)
     listing = list_pairs(config.intermediate_dir, checkpoint.applied_seq + 1)
     gap = listing.gap_error()
     spills = sorted(config.spill_dir.glob("*.spill")) if config.spill_dir.exists() else []
@@ -79,6 +84,8 @@ def read_status(config: Config) -> Status:
         open_transactions=_open_transactions(config, checkpoint) if checkpoint.applied_seq else [],
         spill_files=[(p.name, p.stat().st_size) for p in spills],
         last_cycle=last_report(config.work_dir / "cycles.jsonl"),
+        recent_cycles=len(recent),
+        set_aside=set_aside_counts(recent),
     )
 
 
