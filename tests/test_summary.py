@@ -35,6 +35,7 @@ def test_summary_lines() -> None:
     assert summary_lines(summary) == [
         "configuration demo: 3 cycles, applied through pair 7",
         "transactions: 40 committed, 2 rolled back",
+        "transactions set aside by error actions: none",
         "last run 20260101T000500Z: apply, finished, 3 cycles",
         "rows per table (15 in all):",
         "  shop.events: 5",
