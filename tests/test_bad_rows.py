@@ -292,3 +292,40 @@ def test_on_delta_a_check_constraint_refuses_before_any_table_commits_and_the_ba
     assert shown[3]["after"] == '{"id": 3003, "qty": -1, "sku": "s3003"}'
     assert run(logging, spark).cycles_run == 0  # nothing left, nothing logged twice
     assert len(DeltaTarget(config.target.path, config.configuration_name).exceptions()) == 2
+
+
+@pytest.mark.parametrize("after_commits", [2, 5])
+def test_on_delta_a_crash_between_the_parts_of_a_retry_resumes_to_the_same_state(
+    tmp_path: Path, spark: Any, after_commits: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    pairs = tmp_path / "pairs"
+    write_workload(pairs, bad_check={300, 301, 777}, bad_unique=set(), seqs=range(1, 2))
+    config = make_config(tmp_path, pairs, ["errors.actions.check=log"], compile_retry_threshold=THRESHOLD)
+    run(config, spark)
+    DeltaTable(str(config.target.path / "shop" / "items")).alter.add_constraint({"qty_not_negative": "qty >= 0"})
+    write_workload(pairs, bad_check={300, 301, 777}, bad_unique=set(), seqs=range(2, 5))
+    commits = 0
+
+    def dying(real: Any) -> Any:
+        def commit_then_die(target: Any, cycle_id: int, *args: Any) -> Any:
+            nonlocal commits
+            result = real(target, cycle_id, *args)
+            part = args[-1] if real.__name__ == "apply_cycle" else args[0]
+            if part is not None:
+                commits += 1
+                if commits == after_commits:
+                    raise Crash
+            return result
+
+        commit_then_die.__name__ = real.__name__
+        return commit_then_die
+
+    monkeypatch.setattr(DeltaTarget, "apply_cycle", dying(DeltaTarget.apply_cycle))
+    monkeypatch.setattr(DeltaTarget, "pass_transaction", dying(DeltaTarget.pass_transaction))
+    with pytest.raises(Crash):
+        run(config, spark)
+    monkeypatch.undo()
+    run(config, spark)
+    assert delta_ids(config) == ids_of(set(range(TRANSACTIONS)) - {300, 301, 777})
+    kept = DeltaTarget(config.target.path, config.configuration_name).exceptions()
+    assert [e["xid"] for e in kept] == ["x300", "x301", "x777"]
