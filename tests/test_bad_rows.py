@@ -218,6 +218,26 @@ class Crash(BaseException):
     """Stands for the process dying right after a target commit: nothing in the Applier may catch it."""
 
 
+class DyingAfter:
+    """Wraps target methods so that the process "dies" right after the ``after``-th commit of a part."""
+
+    def __init__(self, after: int) -> None:
+        self.after, self.commits = after, 0
+
+    def wrap(self, real: Any, part_of: Any) -> Any:
+        """``real``, counting the calls whose arguments (after the cycle id) ``part_of`` finds a part in."""
+
+        def commit_then_die(target: Any, cycle_id: int, *args: Any) -> Any:
+            result = real(target, cycle_id, *args)
+            if part_of(args) is not None:  # a part, not the whole cycle
+                self.commits += 1
+                if self.commits == self.after:
+                    raise Crash
+            return result
+
+        return commit_then_die
+
+
 @pytest.mark.postgres
 @pytest.mark.parametrize("after_commits", [1, 3, 6])
 def test_a_crash_between_the_parts_of_a_retry_resumes_to_the_same_state_each_transaction_once(
@@ -226,26 +246,11 @@ def test_a_crash_between_the_parts_of_a_retry_resumes_to_the_same_state_each_tra
     write_workload(tmp_path / "pairs", bad_check={40, 41}, bad_unique={700})
     constrained_target(pg_url)
     config = configured(tmp_path, pg_url, "errors.actions.check=log", "errors.actions.unique=log")
-    commits = 0
-
-    def dying(real: Any) -> Any:
-        """``real``, dying after the ``after_commits``-th commit of a part (or a passed transaction)."""
-
-        def commit_then_die(target: Any, cycle_id: int, *args: Any) -> Any:
-            nonlocal commits
-            result = real(target, cycle_id, *args)
-            if args[-1] is not None:  # a part, not the whole cycle
-                commits += 1
-                if commits == after_commits:
-                    raise Crash
-            return result
-
-        return commit_then_die
-
     from applier.targets.postgres import PostgresTarget
 
-    monkeypatch.setattr(PostgresTarget, "pass_transaction", dying(PostgresTarget.pass_transaction))
-    monkeypatch.setattr(PostgresTarget, "_commit", dying(PostgresTarget._commit))
+    dies = DyingAfter(after_commits)
+    monkeypatch.setattr(PostgresTarget, "pass_transaction", dies.wrap(PostgresTarget.pass_transaction, lambda a: a[0]))
+    monkeypatch.setattr(PostgresTarget, "_commit", dies.wrap(PostgresTarget._commit, lambda a: a[-1]))
     with pytest.raises(Crash):
         run(config, spark)
     monkeypatch.undo()
@@ -304,24 +309,9 @@ def test_on_delta_a_crash_between_the_parts_of_a_retry_resumes_to_the_same_state
     run(config, spark)
     DeltaTable(str(config.target.path / "shop" / "items")).alter.add_constraint({"qty_not_negative": "qty >= 0"})
     write_workload(pairs, bad_check={300, 301, 777}, bad_unique=set(), seqs=range(2, 5))
-    commits = 0
-
-    def dying(real: Any) -> Any:
-        def commit_then_die(target: Any, cycle_id: int, *args: Any) -> Any:
-            nonlocal commits
-            result = real(target, cycle_id, *args)
-            part = args[-1] if real.__name__ == "apply_cycle" else args[0]
-            if part is not None:
-                commits += 1
-                if commits == after_commits:
-                    raise Crash
-            return result
-
-        commit_then_die.__name__ = real.__name__
-        return commit_then_die
-
-    monkeypatch.setattr(DeltaTarget, "apply_cycle", dying(DeltaTarget.apply_cycle))
-    monkeypatch.setattr(DeltaTarget, "pass_transaction", dying(DeltaTarget.pass_transaction))
+    dies = DyingAfter(after_commits)
+    monkeypatch.setattr(DeltaTarget, "apply_cycle", dies.wrap(DeltaTarget.apply_cycle, lambda a: a[-1]))
+    monkeypatch.setattr(DeltaTarget, "pass_transaction", dies.wrap(DeltaTarget.pass_transaction, lambda a: a[0]))
     with pytest.raises(Crash):
         run(config, spark)
     monkeypatch.undo()
