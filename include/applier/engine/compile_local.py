@@ -45,14 +45,41 @@ def part_rows(cycle: CycleInput, taken: Mapping[str, BufferedTxn]) -> int:
     return sum(cycle.xid_rows.get(x, 0) for x in cycle.commits) + sum(t.rows for t in taken.values())
 
 
-def committed_rows_locally(cycle: CycleInput, taken: Mapping[str, BufferedTxn], memory_file: Path | None) -> pa.Table:
+class PairCache:
+    """The ``.dat`` tables a cycle's parts read, decoded once: the last few, within a byte limit.
+
+    A refused cycle, or one applied transaction by transaction, compiles
+    hundreds of small parts from the same pairs; decoding a pair of a million
+    rows for each took 100 ms a transaction. Pairs larger than the limit are
+    read each time.
+    """
+
+    def __init__(self, max_bytes: int = 256 * 1024 * 1024, pairs: int = 2) -> None:
+        self.max_bytes, self.pairs = max_bytes, pairs
+        self._tables: dict[Path, pa.Table] = {}
+
+    def read(self, path: Path) -> pa.Table:
+        """The ``.dat`` columns of the pair file ``path``."""
+        table = self._tables.pop(path, None)
+        if table is None:
+            table = pq.read_table(path, columns=list(_DAT))
+        if table.nbytes <= self.max_bytes // self.pairs:
+            self._tables[path] = table  # the newest last
+            while len(self._tables) > self.pairs:
+                del self._tables[next(iter(self._tables))]
+        return table
+
+
+def committed_rows_locally(
+    cycle: CycleInput, taken: Mapping[str, BufferedTxn], memory_file: Path | None, cache: PairCache | None = None
+) -> pa.Table:
     """The rows of ``cycle``'s committed transactions with their ``commit_lsn`` (what Spark's input join gives)."""
     commits = cycle.commits
     wanted = pa.array(sorted(commits), pa.string())
     parts: list[pa.Table] = []
     for pair in cycle.pairs:
         if cycle.xids_by_seq.get(pair.seq, set()) & commits.keys():
-            data = pq.read_table(pair.dat_path, columns=list(_DAT))
+            data = cache.read(pair.dat_path) if cache is not None else pq.read_table(pair.dat_path, columns=list(_DAT))
             parts.append(data.filter(pc.is_in(data["xid"], value_set=wanted)))
     spills = [t.spill_path for t in taken.values() if t.spill_path is not None]
     for path in [*spills, *([memory_file] if memory_file is not None else [])]:

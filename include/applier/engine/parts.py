@@ -10,7 +10,7 @@ its action logs it), and recording progress in the intent.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -18,7 +18,7 @@ from applier.advise.arithmetic import expanded_row_size
 from applier.config import Config
 from applier.engine.buffers import BufferedTxn
 from applier.engine.checkpoint import Intent
-from applier.engine.compile_local import LOCAL_ROWS, part_rows
+from applier.engine.compile_local import PairCache
 from applier.engine.groups import GroupLimits, TxnShape, estimate_cdb_bytes
 from applier.engine.reading import CycleInput
 from applier.engine.report import CycleReport
@@ -55,6 +55,7 @@ class PartContext:
     holder: CompiledFactory
     memory_file: Path | None
     held: dict[str, int]
+    pairs: PairCache = field(default_factory=PairCache)
 
 
 def cycle_parts(context: PartContext) -> CycleParts:
@@ -66,6 +67,7 @@ def cycle_parts(context: PartContext) -> CycleParts:
     group would keep the failing transaction's changes.
     """
     c = context
+    c.pairs.max_bytes = c.config.queue_memory_bytes // 2  # decoded pairs kept for the parts, beside the queue
     order = commit_order(c.cycle.commits)
     apply = c.config.apply
     limits = GroupLimits(apply.compile, apply.compile_max_cmds, int(apply.cdb_max_size_mb * 1024 * 1024))
@@ -134,6 +136,7 @@ def _apply_part(c: PartContext, part: Part, xids: Sequence[str]) -> Changed:
         *(c.spark, c.target, c.cycle_id, cycle, taken, c.tables, c.report, c.position),
         *(c.holder, c.memory_file, RetryPolicy.of(c.config.apply), c.held),
         part=None if whole else part,
+        cache=c.pairs,
     )
 
 
@@ -149,21 +152,15 @@ def _pass(c: PartContext, part: Part, xid: str, error: TargetError, action: str)
         table=error.table,
         message=str(error),
         action=action,
-        changes=transaction_rows(c.spark, c.cycle, c.taken, c.memory_file, xid) if logged else None,
+        changes=transaction_rows(c.spark, c.cycle, c.taken, c.memory_file, xid, c.pairs) if logged else None,
     )
     c.target.pass_transaction(c.cycle_id, part, c.position, passed)
 
 
 def _compile_groups(c: PartContext, groups: Sequence[Sequence[str]]) -> list[Any]:
-    """Several compilable groups of the cycle in one compile (in the driver when small), a holder for each."""
-    xids = [x for group in groups for x in group]
-    cycle, taken = narrowed(c.cycle, c.taken, xids)
-    local = part_rows(cycle, taken) <= LOCAL_ROWS
-    return list(
-        compile_committed(
-            c.spark, cycle, taken, c.tables, c.holder, c.memory_file, c.report, local=local, groups=groups
-        )
-    )
+    """Several compilable groups of the cycle in one Spark job, a holder for each."""
+    cycle, taken = narrowed(c.cycle, c.taken, [x for group in groups for x in group])
+    return list(compile_committed(c.spark, cycle, taken, c.tables, c.holder, c.memory_file, c.report, groups=groups))
 
 
 def _progress(c: PartContext, total: int, through: int, part_end: int) -> None:

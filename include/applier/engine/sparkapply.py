@@ -17,7 +17,13 @@ import pyarrow as pa
 
 from applier.engine.buffers import BufferedTxn
 from applier.engine.compile import committed_rows, compile_cycle
-from applier.engine.compile_local import LOCAL_ROWS, committed_rows_locally, compile_locally, part_rows
+from applier.engine.compile_local import (
+    LOCAL_ROWS,
+    PairCache,
+    committed_rows_locally,
+    compile_locally,
+    part_rows,
+)
 from applier.engine.compiled import CompiledCycle
 from applier.engine.netting import compile_partitions
 from applier.engine.reading import CycleInput
@@ -84,6 +90,7 @@ def apply_committed(
     retry: RetryPolicy = NO_RETRY,
     held: dict[str, int] | None = None,
     part: Part | None = None,
+    cache: PairCache | None = None,
 ) -> dict[str, tuple[bool, int]]:
     """Compile and apply the cycle's committed transactions.
 
@@ -107,6 +114,7 @@ def apply_committed(
         part: the cycle's transactions to apply, when not all of them: ``cycle``
             and ``taken`` hold only those (:func:`narrowed`), and the target
             records the part.
+        cache: the pairs a small part compiled in the driver reads, kept decoded for the next part.
 
     Returns:
         For each table changed: whether it was truncated, and the change in its
@@ -115,7 +123,7 @@ def apply_committed(
     if not cycle.commits:
         return {}
     local = part is not None and part_rows(cycle, taken) <= LOCAL_ROWS  # a small part of a refused cycle
-    compiled = compile_committed(spark, cycle, taken, tables, holder, memory_file, report, local=local)
+    compiled = compile_committed(spark, cycle, taken, tables, holder, memory_file, report, local=local, cache=cache)
     if not compiled:
         return {}
     return apply_compiled(target, cycle_id, compiled[0], report, position, retry, held, part)
@@ -132,6 +140,7 @@ def compile_committed(
     *,
     local: bool = False,
     groups: Sequence[Collection[str]] = (),
+    cache: PairCache | None = None,
 ) -> list[CompiledCycle]:
     """Compile the committed transactions of ``cycle`` and ``taken``: one holder, or one per group.
 
@@ -162,7 +171,7 @@ def compile_committed(
                 holders.append(holder({n: tables[n] for n in sorted(names | set(truncates))}, frozenset(truncates)))
             every = set().union(*touched)
             if local:
-                rows = committed_rows_locally(cycle, taken, memory_file)
+                rows = committed_rows_locally(cycle, taken, memory_file, cache)
                 compile_locally(rows, tables, truncates, every, holders[0], list(zip(bounds, holders[1:], strict=True)))
             else:
                 _compile_in_spark(spark, cycle, taken, tables, every, truncates, memory_file, holders, bounds)
@@ -261,12 +270,17 @@ def narrowed(
 
 
 def transaction_rows(
-    spark: Any, cycle: CycleInput, taken: Mapping[str, BufferedTxn], memory_file: Path | None, xid: str
+    spark: Any,
+    cycle: CycleInput,
+    taken: Mapping[str, BufferedTxn],
+    memory_file: Path | None,
+    xid: str,
+    cache: PairCache | None = None,
 ) -> pa.Table:
     """Every change of committed transaction ``xid`` as the pairs hold it, in lsn order (an exceptions record)."""
     one, mine = narrowed(cycle, taken, [xid])
     if part_rows(one, mine) <= LOCAL_ROWS:
-        return committed_rows_locally(one, mine, memory_file).drop_columns(["commit_lsn"]).sort_by("lsn")
+        return committed_rows_locally(one, mine, memory_file, cache).drop_columns(["commit_lsn"]).sort_by("lsn")
     rows = _committed_input(spark, one, mine, memory_file)
     assert rows is not None  # it has rows: it was refused
     return rows.filter(rows.xid == xid).orderBy("lsn").toArrow()
