@@ -264,6 +264,7 @@ RECORD = RunRecord(
             committed_at="2026-01-02T03:04:50+00:00",
             net_rows={"shop.orders": {"D": 1, "I": 1}, "shop.products": {"U": 4}},
             tables={"shop.orders": "applied", "shop.products": "verified"},
+            set_aside={"log": 2},
         ),
     ],
 )
@@ -289,6 +290,7 @@ def test_run_figures_sum_net_rows_over_the_cycles() -> None:
         "net_rows": {"shop.events": {"I": 1}, "shop.orders": {"D": 1, "I": 6, "U": 2}, "shop.products": {"U": 4}},
         "changed_tables": ["shop.events", "shop.orders"],
         "validation": "passed",
+        "set_aside": {"log": 2},
     }
     assert run_figures(RECORD, None)["validation"] == "skipped"
     assert run_figures(RECORD, {"success": False})["validation"] == "failed"
@@ -307,6 +309,7 @@ def test_figures_lines() -> None:
         "  shop.events: I 1",
         "  shop.orders: D 1, I 6, U 2",
         "  shop.products: U 4",
+        "  transactions set aside by error actions: 2 (2 log)",
     ]
 
 

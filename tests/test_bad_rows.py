@@ -138,6 +138,7 @@ def test_with_log_the_good_transactions_are_applied_and_the_bad_ones_kept_with_e
         ("x500", "check", "log"),
         ("x999", "unique", "log"),
     ]
+    assert summary.cycles[-1].set_aside == {"log": 3}  # as the run ledger records it, for the DAG's report
     (group,) = report.groups
     leaf = math.ceil(THRESHOLD / ROWS_EACH) - 1  # the most transactions of a group under the threshold
     assert group["attempts"] <= len(bad) * attempt_bound(TRANSACTIONS, 3, leaf), group

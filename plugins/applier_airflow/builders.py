@@ -324,7 +324,8 @@ def run_figures(record: RunRecord, validation: Mapping[str, Any] | None) -> dict
     Returns:
         A JSON-able summary: cycles, pairs, positions before and after, net
         rows per table and operation summed over the cycles, the changed
-        tables and the validation result.
+        tables, the validation result and the transactions error actions set
+        aside, per action.
     """
     # One pass over the cycles, which a record read from the ledger streams from its file.
     net: dict[str, dict[str, int]] = {}
@@ -332,11 +333,14 @@ def run_figures(record: RunRecord, validation: Mapping[str, Any] | None) -> dict
     pairs, first_seq, last_seq = 0, None, None
     before: dict[str, Any] | None = None
     after: dict[str, Any] | None = None
+    set_aside: dict[str, int] = {}
     for cycle in record.cycles:
         for table, ops in cycle.net_rows.items():
             into = net.setdefault(table, {})
             for op, n in ops.items():
                 into[op] = into.get(op, 0) + n
+        for action, n in cycle.set_aside.items():
+            set_aside[action] = set_aside.get(action, 0) + n
         cycle_ids.append(cycle.cycle_id)
         if cycle.seqs:
             pairs += len(cycle.seqs)
@@ -358,6 +362,7 @@ def run_figures(record: RunRecord, validation: Mapping[str, Any] | None) -> dict
         "net_rows": {t: dict(sorted(ops.items())) for t, ops in sorted(net.items())},
         "changed_tables": changed_tables(record),
         "validation": "skipped" if validation is None else ("passed" if validation.get("success") else "failed"),
+        "set_aside": dict(sorted(set_aside.items())),
     }
 
 
@@ -372,6 +377,9 @@ def figures_lines(figures: Mapping[str, Any]) -> list[str]:
     for table, ops in figures["net_rows"].items():
         counts = ", ".join(f"{op} {n}" for op, n in ops.items())
         lines.append(f"  {table}: {counts}")
+    if set_aside := figures.get("set_aside"):
+        each = ", ".join(f"{n} {action}" for action, n in set_aside.items())
+        lines.append(f"  transactions set aside by error actions: {sum(set_aside.values())} ({each})")
     return lines
 
 

@@ -31,7 +31,7 @@ from typing import Any, Literal, overload
 
 from applier.engine.checkpoint import Checkpoint, write_atomically
 from applier.engine.jsonlines import append_line, count_lines, is_torn, last_lines, read_lines, replace_lines
-from applier.engine.report import CycleReport
+from applier.engine.report import CycleReport, set_aside_counts
 from applier.errors import StateFileError
 
 TableOutcome = Literal["applied", "skipped", "reapplied", "verified"]
@@ -55,6 +55,7 @@ class LedgerCycle:
         tables: table -> what happened to it: ``applied`` or ``skipped`` (the
             table already held the cycle) by a run, ``reapplied`` or
             ``verified`` by the last replay.
+        set_aside: error action -> transactions it let by in the cycle (``log``, ``warn``, ...).
     """
 
     cycle_id: int
@@ -64,6 +65,7 @@ class LedgerCycle:
     committed_at: str
     net_rows: dict[str, dict[str, int]] = field(default_factory=dict)
     tables: dict[str, TableOutcome] = field(default_factory=dict)
+    set_aside: dict[str, int] = field(default_factory=dict)
 
     @staticmethod
     def of(before: Checkpoint, after: Checkpoint, report: CycleReport) -> LedgerCycle:
@@ -79,6 +81,7 @@ class LedgerCycle:
             committed_at=after.committed_at,
             net_rows={t: dict(ops) for t, ops in report.net_rows.items()},
             tables={t: "skipped" if t in skipped else "applied" for t in sorted(report.net_rows)},
+            set_aside=set_aside_counts([{"exceptions": report.exceptions}]),
         )
 
     def committed(self) -> dt.datetime:
