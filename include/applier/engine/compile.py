@@ -21,9 +21,8 @@ from applier.engine.changes import TableChanges
 from applier.engine.compiled import CompiledCycle
 from applier.engine.netting import net_changes, table_spreads
 from applier.engine.queue import MemoryQueue
+from applier.intermediate.pairs import DAT_COLUMNS
 from applier.intermediate.schema import TableDef
-
-DAT_COLUMNS = ("lsn", "xid", "table", "op", "before", "after")
 
 
 def committed_rows(rows: DataFrame, commits: DataFrame) -> DataFrame:

@@ -25,19 +25,17 @@ from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.compute as pc
-import pyarrow.parquet as pq
 
 from applier.engine.buffers import BufferedTxn
 from applier.engine.compiled import CompiledCycle
 from applier.engine.identity import CHUNK_SCHEMA, chunk_batches, event_batch
-from applier.engine.reading import CycleInput
+from applier.engine.reading import CycleInput, open_rows, read_dat, spill_inputs
 from applier.engine.spill import read_spill
+from applier.intermediate.pairs import DAT_COLUMNS
 from applier.intermediate.schema import TableDef
 
 LOCAL_ROWS = 20_000
 """Parts of at most this many input rows compile in the driver."""
-
-_DAT = ("lsn", "xid", "table", "op", "before", "after")
 
 
 def part_rows(cycle: CycleInput, taken: Mapping[str, BufferedTxn]) -> int:
@@ -62,7 +60,7 @@ class PairCache:
         """The ``.dat`` columns of the pair file ``path``."""
         table = self._tables.pop(path, None)
         if table is None:
-            table = pq.read_table(path, columns=list(_DAT))
+            table = read_dat(path)
         if table.nbytes <= self.max_bytes // self.pairs:
             self._tables[path] = table  # the newest last
             while len(self._tables) > self.pairs:
@@ -76,15 +74,11 @@ def committed_rows_locally(
     """The rows of ``cycle``'s committed transactions with their ``commit_lsn`` (what Spark's input join gives)."""
     commits = cycle.commits
     wanted = pa.array(sorted(commits), pa.string())
-    parts: list[pa.Table] = []
-    for pair in cycle.pairs:
-        if cycle.xids_by_seq.get(pair.seq, set()) & commits.keys():
-            data = cache.read(pair.dat_path) if cache is not None else pq.read_table(pair.dat_path, columns=list(_DAT))
-            parts.append(data.filter(pc.is_in(data["xid"], value_set=wanted)))
-    spills = [t.spill_path for t in taken.values() if t.spill_path is not None]
-    for path in [*spills, *([memory_file] if memory_file is not None else [])]:
+    read = cache.read if cache is not None else read_dat
+    parts = [rows for _, rows in open_rows(cycle, set(commits), read)]
+    for path in spill_inputs(taken, memory_file):
         for batch in read_spill(path):
-            data = pa.Table.from_batches([batch]).select(list(_DAT))
+            data = pa.Table.from_batches([batch]).select(list(DAT_COLUMNS))
             parts.append(data.filter(pc.is_in(data["xid"], value_set=wanted)))
     rows = pa.concat_tables([p.cast(parts[0].schema) for p in parts]) if parts else _empty()
     commit_lsn = [commits[x] for x in rows["xid"].to_pylist()]
@@ -136,4 +130,4 @@ def compile_locally(
 
 
 def _empty() -> pa.Table:
-    return pa.table({name: pa.array([], pa.int64() if name == "lsn" else pa.string()) for name in _DAT})
+    return pa.table({name: pa.array([], pa.int64() if name == "lsn" else pa.string()) for name in DAT_COLUMNS})

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import logging
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Callable, Collection, Iterator, Mapping
 from concurrent.futures import Future
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -19,12 +19,12 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from applier.engine.buffers import TransactionBuffers
+from applier.engine.buffers import BufferedTxn, TransactionBuffers
 from applier.engine.checking import PairChecker
 from applier.engine.checkpoint import Checkpoint
 from applier.engine.touches import Truncate, longest_images, table_rows_by_xid, truncate_rows
 from applier.errors import GapError, IntermediateFileError
-from applier.intermediate.pairs import PairRef, list_pairs, pair_name
+from applier.intermediate.pairs import DAT_COLUMNS, PairRef, list_pairs, pair_name
 from applier.intermediate.reader import Pair, read_pair
 from applier.intermediate.stream import StreamValidator, TableAdmission
 
@@ -151,18 +151,35 @@ def read_cycle(
     return result
 
 
-def open_rows(cycle: CycleInput, xids: set[str]) -> Iterator[tuple[int, pa.Table]]:
+def pairs_holding(cycle: CycleInput, xids: Collection[str]) -> list[PairRef]:
+    """The cycle's pairs that hold rows of any of ``xids``, in order."""
+    wanted = set(xids)
+    return [ref for ref in cycle.pairs if cycle.xids_by_seq.get(ref.seq, set()) & wanted]
+
+
+def spill_inputs(taken: Mapping[str, BufferedTxn], memory_file: Path | None) -> list[Path]:
+    """The files holding the buffered rows of the committed transactions ``taken``: theirs, then ``memory_file``."""
+    spills = [t.spill_path for t in taken.values() if t.spill_path is not None]
+    return [*spills, memory_file] if memory_file is not None else spills
+
+
+def read_dat(path: Path) -> pa.Table:
+    """The ``.dat`` columns of a pair's data file."""
+    return pq.read_table(path, columns=list(DAT_COLUMNS))
+
+
+def open_rows(
+    cycle: CycleInput, xids: set[str], read: Callable[[Path], pa.Table] = read_dat
+) -> Iterator[tuple[int, pa.Table]]:
     """The rows of ``xids`` in the cycle's pairs, pair by pair as ``(seq, rows)``.
 
-    Each pair holding such rows is read again with a filter on the xid, one
-    pair at a time, so memory stays bounded by a pair.
+    Each pair holding such rows is read again (by ``read``) with a filter on
+    the xid, one pair at a time, so memory stays bounded by a pair.
     """
-    for ref in cycle.pairs:
-        wanted = cycle.xids_by_seq.get(ref.seq, set()) & xids
-        if not wanted:
-            continue
-        rows = pq.read_table(ref.dat_path, columns=["lsn", "xid", "table", "op", "before", "after"])
-        yield ref.seq, rows.filter(pc.is_in(rows["xid"], value_set=pa.array(sorted(wanted), pa.string())))
+    value_set = pa.array(sorted(xids), pa.string())
+    for ref in pairs_holding(cycle, xids):
+        rows = read(ref.dat_path)
+        yield ref.seq, rows.filter(pc.is_in(rows["xid"], value_set=value_set))
 
 
 def buffer_open_rows(cycle: CycleInput, still_open: set[str], buffers: TransactionBuffers) -> None:

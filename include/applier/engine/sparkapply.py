@@ -26,7 +26,7 @@ from applier.engine.compile_local import (
 )
 from applier.engine.compiled import CompiledCycle
 from applier.engine.netting import compile_partitions
-from applier.engine.reading import CycleInput
+from applier.engine.reading import CycleInput, pairs_holding, spill_inputs
 from applier.engine.report import CycleReport
 from applier.engine.retry import NO_RETRY, RetryPolicy
 from applier.engine.spill import read_spill
@@ -48,11 +48,8 @@ def _committed_input(spark: Any, cycle: CycleInput, taken: Mapping[str, Buffered
     files and ``memory_file`` (their rows that were still in memory), the
     spill files streamed batch by batch on the executors.
     """
-    committed = set(cycle.commits)
-    dat_paths = [str(p.dat_path) for p in cycle.pairs if cycle.xids_by_seq.get(p.seq, set()) & committed]
-    spill_paths = [str(t.spill_path) for t in taken.values() if t.spill_path is not None]
-    if memory_file is not None:
-        spill_paths.append(str(memory_file))
+    dat_paths = [str(p.dat_path) for p in pairs_holding(cycle, cycle.commits)]
+    spill_paths = [str(path) for path in spill_inputs(taken, memory_file)]
     frames = []
     if dat_paths:
         frames.append(spark.read.schema(DAT_DDL).parquet(*dat_paths))
@@ -163,7 +160,7 @@ def compile_committed(
             raise ValueError("compilable groups hold no truncate: a truncating transaction is applied alone")
         touched = [_touched(cycle, taken, xids) for xids in sets]
         bounds = [min(cycle.commits[x] for x in xids) for xids in sets[1:]]
-        if not local and not _has_input(cycle, taken, memory_file):
+        if not local and not (pairs_holding(cycle, cycle.commits) or spill_inputs(taken, memory_file)):
             return []
         holders: list[CompiledCycle] = []
         try:
@@ -216,15 +213,6 @@ def _touched(cycle: CycleInput, taken: Mapping[str, BufferedTxn], xids: Collecti
     touched: set[str] = set().union(*(cycle.tables_of.get(xid, set()) for xid in xids))
     touched.update(*(t.tables for x, t in taken.items() if x in xids))
     return touched
-
-
-def _has_input(cycle: CycleInput, taken: Mapping[str, BufferedTxn], memory_file: Path | None) -> bool:
-    committed = set(cycle.commits)
-    return (
-        any(cycle.xids_by_seq.get(p.seq, set()) & committed for p in cycle.pairs)
-        or any(t.spill_path is not None for t in taken.values())
-        or memory_file is not None
-    )
 
 
 def _compile_in_spark(
