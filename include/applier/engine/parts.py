@@ -35,7 +35,7 @@ from applier.engine.units import Changed, CycleParts, commit_order
 from applier.errors import TargetError
 from applier.intermediate.pairs import pair_name
 from applier.intermediate.schema import TableDef
-from applier.targets import Part, PassedTransaction, Target
+from applier.targets import LOGGED_ACTIONS, Part, PassedTransaction, Target
 
 
 @dataclass
@@ -141,7 +141,7 @@ def _apply_part(c: PartContext, part: Part, xids: Sequence[str]) -> Changed:
 
 
 def _pass(c: PartContext, part: Part, xid: str, error: TargetError, action: str) -> None:
-    logged = action in ("log", "retry_log")
+    logged = action in LOGGED_ACTIONS
     passed = PassedTransaction(
         cycle_id=c.cycle_id,
         xid=xid,

@@ -19,10 +19,7 @@ Truncate = tuple[str, int]
 
 def table_touches(rows: pa.Table) -> list[tuple[str, str]]:
     """The distinct ``(xid, table)`` pairs of a batch of ``.dat`` rows."""
-    if rows.num_rows == 0:
-        return []
-    distinct = rows.select(["xid", "table"]).group_by(["xid", "table"], use_threads=False).aggregate([])
-    return list(zip(distinct.column("xid").to_pylist(), distinct.column("table").to_pylist(), strict=True))
+    return [(xid, table) for xid, table, _ in table_rows_by_xid(rows)]
 
 
 def table_rows_by_xid(rows: pa.Table) -> list[tuple[str, str, int]]:

@@ -1,10 +1,10 @@
-"""A cycle applied in parts when a compiled group fails: find the failing transaction, then do what its error says.
+"""The apply step of a cycle: its groups in commit order, and the failing transaction found when one is refused.
 
-The *apply* step's slow path (SAP Replication Server's HVAR enhanced retry).
-A cycle normally compiles and applies as one group. When the target refuses
-it with a permanent error (a CHECK constraint, a unique index, a value out of
-range), the group was rolled back whole; :func:`~applier.engine.split.enhanced_retry`
-then splits it into ``apply.retry_split`` groups, retried in commit order,
+A cycle's committed transactions form groups (:mod:`applier.engine.groups`),
+applied in commit order as parts of the cycle. When the target refuses a
+group with a permanent error (a CHECK constraint, a unique index, a value out
+of range), the group was rolled back whole; :func:`~applier.engine.split.enhanced_retry`
+(SAP Replication Server's HVAR) then splits it into ``apply.retry_split`` groups, retried in commit order,
 down to single transactions below ``apply.compile_retry_threshold`` commands.
 Every transaction before a failing one is applied; the failing one meets its
 error action (``errors.actions.<class>``):
@@ -108,15 +108,6 @@ class CycleParts:
         self._index = {xid: i for i, xid in enumerate(self.order)}
         self._shapes = {t.xid: t for t in self.shapes}
 
-    def apply_whole(self) -> Changed:
-        """Apply the cycle group by group; on a permanent refusal, find and settle the failing transactions.
-
-        Raises:
-            TransactionStoppedError: a failing transaction's action stops the run.
-            TargetError: a transient error past its retries, or the target failed otherwise.
-        """
-        return self.apply_from(0, 0)
-
     def apply_from(self, through: int, part_end: int) -> Changed:
         """Apply the transactions from ``through`` on: first the part under way up to ``part_end``, if any.
 
@@ -125,13 +116,17 @@ class CycleParts:
         when nothing of it was applied yet); several are compiled together in
         one job, then applied one by one in commit order, with each
         noncompilable transaction alone, in log order, where it falls.
+
+        Raises:
+            TransactionStoppedError: a failing transaction's action stops the run.
+            TargetError: a transient error past its retries, or the target failed otherwise.
         """
         if part_end:
-            self._run(self._range(through, part_end), lambda g: self._apply(g))
+            self._run(self._range(through, part_end), self._apply)
             through = part_end
         groups = form_groups([self._shapes[x] for x in self.order[through:]], self.limits)
         if len(groups) == 1 and groups[0].compiled:
-            self._run(groups[0], lambda g: self._apply(g))
+            self._run(groups[0], self._apply)
             return self.changed
         compiled = [g for g in groups if g.compiled]
         made = self.compile_groups([[t.xid for t in g.txns] for g in compiled]) if compiled else []

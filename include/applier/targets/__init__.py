@@ -12,7 +12,7 @@ from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
-from applier.errors import ConfigError
+from applier.errors import ConfigError, TargetError
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -47,6 +47,32 @@ class Part:
         return self.end == self.total
 
 
+def holds_part(cycle: int, through: int | None, cycle_id: int, part: Part | None) -> bool:
+    """Whether a target holding ``cycle`` holds ``part`` of cycle ``cycle_id``.
+
+    ``through``: how many of ``cycle``'s transactions it holds (None: all of
+    them); ``part`` None is the whole cycle.
+
+    Raises:
+        TargetError: the target holds a part of the cycle and the whole cycle
+            is being applied to it: the engine lost track of the cycle's parts.
+    """
+    if cycle != cycle_id:
+        return cycle > cycle_id
+    if through is None:
+        return True
+    if part is None:
+        raise TargetError(
+            f"cycle {cycle_id} is applied whole, but the target holds only its first {through} transactions; "
+            "the intent file that recorded its parts is missing"
+        )
+    return through >= part.end
+
+
+LOGGED_ACTIONS = frozenset({"log", "retry_log"})
+"""The error actions that keep a refused transaction in the target's exceptions store."""
+
+
 @dataclass(frozen=True)
 class PassedTransaction:
     """A source transaction the target refused, which its error action lets by (it is not applied).
@@ -76,7 +102,7 @@ class PassedTransaction:
     @property
     def logged(self) -> bool:
         """Whether it goes to the exceptions store."""
-        return self.action in ("log", "retry_log")
+        return self.action in LOGGED_ACTIONS
 
 
 @dataclass
