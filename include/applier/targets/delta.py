@@ -50,7 +50,7 @@ from applier.engine.checkpoint import write_atomically
 from applier.engine.compiled import release
 from applier.errors import TargetError
 from applier.intermediate.schema import SchemaError, TableDef, check_table_name
-from applier.targets import CycleLoad, Part, PassedTransaction
+from applier.targets import CycleLoad, Part, PassedTransaction, holds_part
 from applier.targets.delta_check import constraints_of, refused_constraints, rows_to_check
 from applier.targets.delta_exceptions import append, delete, records, store_path
 from applier.targets.delta_log import commit_tags, held_position
@@ -136,7 +136,7 @@ class DeltaTarget:
         with _target_errors(path.name, "keeping a refused transaction"):
             current = _open(path)
             done, through = (0, None) if current is None else self._held(path.name, path, current)
-            if _holds(done, through, cycle_id, part):
+            if holds_part(done, through, cycle_id, part):
                 return
             tags = commit_tags(self.app_id, cycle_id, None if part.final else part.end)
             append(path, self.app_id, passed, CommitProperties(custom_metadata=tags))
@@ -309,7 +309,7 @@ class DeltaTarget:
             if current is not None:
                 self._constraints[name] = constraints_of(current)
             done, through = (0, None) if current is None else self._held(name, path, current)
-            if _holds(done, through, cycle_id, part):
+            if holds_part(done, through, cycle_id, part):
                 log.info("table %s: cycle %d already committed (cycle %d on record); skipped", name, cycle_id, done)
                 return False, done
             empty = is_empty(changes)
@@ -358,25 +358,6 @@ class DeltaTarget:
         with _target_errors(table, "listing files"):
             current = _open(path)
             return [] if current is None else list(current.file_uris())
-
-
-def _holds(cycle: int, through: int | None, cycle_id: int, part: Part | None) -> bool:
-    """Whether a table holding ``cycle`` (its transactions up to ``through``; None: all) holds ``part`` of ``cycle_id``.
-
-    Raises:
-        TargetError: the table holds a part of the cycle and the whole cycle is
-            being applied to it: the engine lost track of the cycle's parts.
-    """
-    if cycle != cycle_id:
-        return cycle > cycle_id
-    if through is None:
-        return True
-    if part is None:
-        raise TargetError(
-            f"cycle {cycle_id} is applied whole, but the table holds only its first {through} transactions; "
-            "the intent file that recorded its parts is missing"
-        )
-    return through >= part.end
 
 
 @contextmanager

@@ -15,7 +15,7 @@ from typing import Any
 import psycopg
 from psycopg.types.json import Jsonb
 
-from applier.targets import Part
+from applier.targets import Part, holds_part
 from applier.targets import pg_sql as q
 
 Position = tuple[int, int]
@@ -23,11 +23,9 @@ Position = tuple[int, int]
 
 
 def holds(position: Position, cycle_id: int, part: Part | None) -> bool:
-    """Whether a row at ``position`` holds ``part`` of cycle ``cycle_id`` (None: the whole cycle)."""
+    """Whether a row at ``position`` holds ``part`` of cycle ``cycle_id`` (:func:`~applier.targets.holds_part`)."""
     cycle, through = position
-    if cycle >= cycle_id:
-        return True
-    return cycle == cycle_id - 1 and part is not None and through >= part.end
+    return holds_part(cycle + 1, through, cycle_id, part) if through else holds_part(cycle, None, cycle_id, part)
 
 
 class CheckpointRow:
