@@ -160,3 +160,20 @@ def test_error_actions_are_per_class_and_transient_classes_only_stop(tmp_path: P
     ]:
         with pytest.raises(ConfigError, match=re.escape(named)):
             load_config(None, [*base, setting])
+
+
+def test_collisions_warn_by_default_and_command_convert_names_sap_conversions(tmp_path: Path) -> None:
+    base = ["configuration_name=c", f"intermediate_dir={tmp_path}", f"output_dir={tmp_path}", f"target.path={tmp_path}"]
+    config = load_config(None, base)
+    assert config.errors.action("collision") == "warn" and config.apply.command_convert == frozenset()
+    config = load_config(None, [*base, "apply.command_convert=i2di, d2none", "errors.actions.collision=log"])
+    assert config.apply.command_convert == {"i2di", "d2none"} and config.errors.action("collision") == "log"
+    assert load_config(None, [*base, "apply.command_convert=none"]).apply.command_convert == frozenset()
+    file = tmp_path / "c.yaml"
+    file.write_text(
+        f"configuration_name: c\nintermediate_dir: {tmp_path}\noutput_dir: {tmp_path}\n"
+        f"target: {{path: {tmp_path}}}\napply: {{command_convert: [u2di]}}\n"
+    )
+    assert load_config(file).apply.command_convert == {"u2di"}
+    with pytest.raises(ConfigError, match=r"apply\.command_convert.*unknown conversion 'u2none'"):
+        load_config(None, [*base, "apply.command_convert=u2di,u2none"])

@@ -91,6 +91,7 @@ def test_groups_and_log_order_apply_the_same_rows_as_one_compiled_cycle(
     config = make_config(tmp_path, tmp_path / "in", target_settings, **limits)
     summary = run(config, spark)
     assert_target_equals_reference(config, tmp_path / "in")
+    assert [r.collisions for r in summary.reports if r.collisions] == [], "a faithful log never collides"
     groups = [g for r in summary.reports for g in r.groups]
     modes = {g["mode"] for g in groups}
     if compile_setting == "small groups":

@@ -31,6 +31,9 @@ _ACTIONS = "errors.actions"
 _MAPPINGS = (_SPARK_CONF, _SCHEMA_MAP, _ACTIONS)
 # Error actions, least to most severe (SAP Replication Server's, ``stop`` for its stop_replication).
 ERROR_ACTIONS = ("ignore", "warn", "retry_log", "log", "retry_stop", "stop")
+# A collision (an insert whose key exists, an update or delete that finds no
+# row) is applied as an upsert and reported unless configured otherwise.
+DEFAULT_ACTIONS: Mapping[str, str] = MappingProxyType({"collision": "warn"})
 
 
 @dataclass(frozen=True)
@@ -62,6 +65,7 @@ class ApplyConfig:
     compile: bool = True
     compile_max_cmds: int = 100_000
     cdb_max_size_mb: float = 1024.0
+    command_convert: frozenset[str] = frozenset()
 
     @property
     def cycle_limit_bytes(self) -> int:
@@ -127,8 +131,8 @@ class ErrorsConfig:
     command_retry: int = 3
 
     def action(self, error_class: str) -> str:
-        """The action for a failure of ``error_class`` (``stop`` unless configured)."""
-        return self.actions.get(error_class, "stop")
+        """The action for a failure of ``error_class`` (``stop`` unless configured; ``warn`` for collisions)."""
+        return self.actions.get(error_class, DEFAULT_ACTIONS.get(error_class, "stop"))
 
 
 @dataclass(frozen=True)
@@ -208,6 +212,7 @@ _KEYS: dict[str, tuple[Callable[[str, Any], Any], Any]] = {
     "apply.compile": (cv.boolean, True),
     "apply.compile_max_cmds": (cv.int_at_least(1, "commands of a compilable transaction or group"), 100_000),
     "apply.cdb_max_size_mb": (cv.positive_number, 1024.0),
+    "apply.command_convert": (cv.conversions, frozenset()),
     "errors.command_retry": (cv.int_at_least(0, "tries again of a failing transaction"), 3),
     "spark.master": (cv.text, "local[*]"),
 }
@@ -348,6 +353,7 @@ def load_config(path: Path | str | None, overrides: Sequence[str] = ()) -> Confi
             retry_split=values["apply.retry_split"],
             compile=values["apply.compile"],
             compile_max_cmds=values["apply.compile_max_cmds"],
+            command_convert=values["apply.command_convert"],
             cdb_max_size_mb=values["apply.cdb_max_size_mb"],
         ),
         target=TargetConfig(

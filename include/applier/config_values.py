@@ -98,3 +98,19 @@ def split(key: str, v: Any) -> int:
     if type(v) is not int or v not in (2, 3):
         raise ConfigError(key, v, "a failing group is split in 3 (HVAR) or 2 (its older mechanism)")
     return v
+
+
+COMMAND_CONVERSIONS = ("i2di", "u2di", "d2none")
+"""SAP's ``dsi_command_convert`` forms the target applies without counting a collision."""
+
+
+def conversions(key: str, v: Any) -> frozenset[str]:
+    """``none``, or a comma list (or YAML list) of :data:`COMMAND_CONVERSIONS`."""
+    items = v if isinstance(v, list | tuple) else str(v).split(",") if isinstance(v, str) else None
+    if items is None:
+        raise ConfigError(key, v, f"none, or a comma list of: {', '.join(COMMAND_CONVERSIONS)}")
+    names = {str(item).strip() for item in items} - {"", "none"}
+    unknown = sorted(names - set(COMMAND_CONVERSIONS))
+    if unknown:
+        raise ConfigError(key, v, f"unknown conversion {unknown[0]!r}; use none or: {', '.join(COMMAND_CONVERSIONS)}")
+    return frozenset(names)

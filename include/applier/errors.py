@@ -124,6 +124,7 @@ ERROR_CLASSES: Mapping[str, bool] = {
     "check": False,  # a CHECK constraint (23514), a Delta constraint or invariant
     "not_null": False,  # 23502
     "data": False,  # a value out of range or of the wrong form (SQLSTATE class 22)
+    "collision": False,  # an insert whose key exists, an update or delete that finds no row
     "schema": False,  # the table's columns do not take the rows (drift, a Delta schema mismatch)
     "other": False,
     # transient: the moment

@@ -51,6 +51,11 @@ class TableChanges:
             :data:`COUNT_COLUMN` (int64, signed): insert that many copies of the
             row value, or delete that many when negative. None for keyed tables.
         stats: net row counts ``{"I": n, "U": n, "D": n, "T": 0 or 1}``.
+        new: tables with a primary key: for each row of ``upserts``, whether it
+            is a net insert (its key held no row before the cycle, as the log
+            tells) rather than an update; None when not known (every upsert is
+            then taken for an update). A target that finds the log and the
+            table disagree counts a *collision*.
     """
 
     table: TableDef
@@ -59,6 +64,7 @@ class TableChanges:
     deletes: pa.Table
     counted: pa.Table | None
     stats: dict[str, int]
+    new: pa.Array | None = None
 
 
 def arrow_type(type_name: str) -> pa.DataType:
@@ -229,7 +235,7 @@ def remove_copies(current: pa.Table, removals: pa.Table) -> pa.Table:
 
 def split_keyed(
     result: pa.Table, schema: pa.Schema, primary_key: tuple[str, ...]
-) -> tuple[pa.Table, pa.Table, dict[str, int]]:
+) -> tuple[pa.Table, pa.Table, dict[str, int], pa.Array]:
     """Split a keyed table's net changes (``__net_op`` then its columns) into upserts and deletes.
 
     Columns are taken by position, so a table column named like the internal
@@ -241,10 +247,10 @@ def split_keyed(
         primary_key: the key columns, in key order.
 
     Returns:
-        ``(upserts, deletes, stats)``: all columns of net ``I``/``U`` rows, key
-        columns of net ``D`` rows (both typed exactly as ``schema``), and the
-        counts of ``I``, ``U`` and ``D``. Every column is nullable (see
-        :func:`~applier.engine.changes.typed`).
+        ``(upserts, deletes, stats, new)``: all columns of net ``I``/``U`` rows,
+        key columns of net ``D`` rows (both typed exactly as ``schema``), the
+        counts of ``I``, ``U`` and ``D``, and per upsert whether it is a net
+        ``I``. Every column is nullable (see :func:`~applier.engine.changes.typed`).
     """
     net_op = result.column(0)
     data = pa.Table.from_arrays(result.columns[1:], names=schema.names)
@@ -253,7 +259,8 @@ def split_keyed(
     key_schema = _key_schema(schema, primary_key)
     deletes = typed(data.filter(is_delete).select(list(primary_key)), key_schema)
     stats = {op: int(pc.sum(pc.equal(net_op, op)).as_py() or 0) for op in ("I", "U", "D")}
-    return upserts, deletes, stats
+    new = pc.equal(net_op.filter(pc.invert(is_delete)), "I").combine_chunks()
+    return upserts, deletes, stats, new
 
 
 def counted_table(result: pa.Table, schema: pa.Schema) -> tuple[pa.Table, dict[str, int]]:

@@ -212,10 +212,11 @@ def to_table_changes(table: TableDef, truncated: bool, parts: list[pa.Table]) ->
         layout = pa.schema([*(f.with_nullable(True) for f in schema), pa.field(COUNT, pa.int64())])
     result = pa.concat_tables([p.cast(layout) for p in parts]) if parts else layout.empty_table()
     counted: pa.Table | None = None
+    new: pa.Array | None = None
     if table.primary_key:
-        upserts, deletes, stats = split_keyed(result, schema, table.primary_key)
+        upserts, deletes, stats, new = split_keyed(result, schema, table.primary_key)
     else:
         counted, stats = counted_table(result, schema)
         upserts, deletes = typed(schema.empty_table(), schema), pa.table({})
     stats["T"] = int(truncated)
-    return TableChanges(table=table, truncate=truncated, upserts=upserts, deletes=deletes, counted=counted, stats=stats)
+    return TableChanges(table, truncated, upserts, deletes, counted, stats, new)

@@ -29,6 +29,7 @@ from applier.engine.sparkapply import (
     apply_compiled,
     compile_committed,
     narrowed,
+    record_load,
     transaction_rows,
 )
 from applier.engine.units import Changed, CycleParts, commit_order
@@ -78,8 +79,9 @@ def cycle_parts(context: PartContext) -> CycleParts:
         apply_part=lambda part, xids: _apply_part(c, part, xids),
         compile_groups=lambda groups: _compile_groups(c, groups),
         apply_compiled=lambda part, holder: apply_compiled(
-            c.target, c.cycle_id, holder, c.report, c.position, RetryPolicy.of(apply), c.held, part
+            c.target, c.cycle_id, holder, c.report, c.position, RetryPolicy.of(apply), c.held, part, _quiet(c)
         ),
+        apply_log_order=(lambda part, xid: _apply_log_order(c, part, xid)) if c.target.log_order else None,
         discard=lambda holder: holder.close(),
         limits=limits,
         pass_transaction=lambda part, xid, error, action: _pass(c, part, xid, error, action),
@@ -137,7 +139,29 @@ def _apply_part(c: PartContext, part: Part, xids: Sequence[str]) -> Changed:
         *(c.holder, c.memory_file, RetryPolicy.of(c.config.apply), c.held),
         part=None if whole else part,
         cache=c.pairs,
+        quiet=_quiet(c),
     )
+
+
+def _quiet(c: PartContext) -> bool:
+    """Whether collisions go unlogged (``errors.actions.collision: ignore``); they are reported all the same."""
+    return c.config.errors.action("collision") == "ignore"
+
+
+def _apply_log_order(c: PartContext, part: Part, xid: str) -> Changed:
+    """Apply one transaction change by change on a target that can (:attr:`~applier.targets.Target.log_order`)."""
+    rows = transaction_rows(c.spark, c.cycle, c.taken, c.memory_file, xid, c.pairs)
+    what = f"cycle {c.cycle_id} ({describe(c.cycle, xid)}, in log order)"
+    with c.report.phase("tables"):
+        load = RetryPolicy.of(c.config.apply).run(
+            lambda: c.target.apply_log_order(c.cycle_id, part, c.position, rows, c.tables), what
+        )
+    record_load(c.report, load, c.held, _quiet(c))
+    for table, ops in load.statements.items():
+        net = c.report.net_rows.setdefault(table, {})
+        for op, n in ops.items():
+            net[op] = net.get(op, 0) + n
+    return dict(load.changed)
 
 
 def _pass(c: PartContext, part: Part, xid: str, error: TargetError, action: str) -> None:

@@ -47,6 +47,7 @@ class CycleReport:
     compiled_file_bytes: int = 0
     groups: list[dict[str, Any]] = field(default_factory=list)
     exceptions: list[dict[str, Any]] = field(default_factory=list)
+    collisions: dict[str, dict[str, int]] = field(default_factory=dict)
 
     @contextmanager
     def phase(self, name: str) -> Iterator[None]:
@@ -66,6 +67,11 @@ class CycleReport:
             f"{self.rows_read} rows read, {self.committed} committed, {self.rolled_back} rolled back, "
             f"{self.open} open, {net} net rows to {len(self.net_rows)} tables, "
             f"{len(self.spill_created)} spilled, {sum(self.seconds.values()):.2f}s"
+            + (
+                f", {collided} collisions"
+                if (collided := sum(map(sum, map(dict.values, self.collisions.values()))))
+                else ""
+            )
         )
 
 

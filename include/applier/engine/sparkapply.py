@@ -8,6 +8,7 @@ the target applies them in one commit per table tagged with the cycle.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
@@ -33,7 +34,9 @@ from applier.engine.spill import read_spill
 from applier.engine.touches import last_truncates
 from applier.engine.worker_path import trim_import_caches
 from applier.intermediate.schema import TableDef
-from applier.targets import Part, Target
+from applier.targets import CycleLoad, Part, Target, collisions
+
+log = logging.getLogger("applier")
 
 CompiledFactory = Callable[[Mapping[str, TableDef], frozenset[str]], CompiledCycle]
 """Makes the holder of a cycle's compiled tables: ``(definitions, truncated tables) -> CompiledCycle``."""
@@ -88,6 +91,7 @@ def apply_committed(
     held: dict[str, int] | None = None,
     part: Part | None = None,
     cache: PairCache | None = None,
+    quiet: bool = False,
 ) -> dict[str, tuple[bool, int]]:
     """Compile and apply the cycle's committed transactions.
 
@@ -112,6 +116,7 @@ def apply_committed(
             and ``taken`` hold only those (:func:`narrowed`), and the target
             records the part.
         cache: the pairs a small part compiled in the driver reads, kept decoded for the next part.
+        quiet: collisions are reported but not logged as warnings.
 
     Returns:
         For each table changed: whether it was truncated, and the change in its
@@ -188,8 +193,12 @@ def apply_compiled(
     retry: RetryPolicy = NO_RETRY,
     held: dict[str, int] | None = None,
     part: Part | None = None,
+    quiet: bool = False,
 ) -> dict[str, tuple[bool, int]]:
-    """Apply a compiled cycle (or part) to the target, then close it; per table: (truncated, row-count change)."""
+    """Apply a compiled cycle (or part) to the target, then close it; per table: (truncated, row-count change).
+
+    ``quiet``: collisions are reported, not logged as warnings (``errors.actions.collision: ignore``).
+    """
     try:
         with report.phase("tables"):
             what = f"cycle {cycle_id}" + ("" if part is None else f" (transactions {part.start}..{part.end - 1})")
@@ -199,6 +208,12 @@ def apply_compiled(
         compiled.close()
         report.spill_created.extend(compiled.spill_created)
         report.spill_removed.extend(compiled.spill_removed)
+    record_load(report, load, held, quiet)
+    return {name: _record(report, name, compiled) for name in sorted(compiled)}
+
+
+def record_load(report: CycleReport, load: CycleLoad, held: dict[str, int] | None, quiet: bool = False) -> None:
+    """What the target said of an apply, in the cycle report; collisions are logged too, unless ``quiet``."""
     report.skipped_tables.extend(load.skipped_tables)
     report.table_seconds.update(load.table_seconds)
     report.load_batches.extend(load.batches)
@@ -206,7 +221,10 @@ def apply_compiled(
         held.update(load.held)
     report.spill_created.extend(load.spill_created)
     report.spill_removed.extend(load.spill_removed)
-    return {name: _record(report, name, compiled) for name in sorted(compiled)}
+    for table, counted in sorted(load.collisions.items()):
+        collisions.add(report.collisions, table, counted)
+        said = collisions.describe(counted)
+        (log.info if quiet else log.warning)("cycle %d: table %s: %s; applied as upserts", report.cycle_id, table, said)
 
 
 def _touched(cycle: CycleInput, taken: Mapping[str, BufferedTxn], xids: Collection[str]) -> set[str]:

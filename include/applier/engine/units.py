@@ -70,6 +70,9 @@ class CycleParts:
             :class:`TargetError` leaving nothing of it.
         compile_groups: compiles several groups' transactions in one job, a holder per group.
         apply_compiled: applies a part from its holder (and closes it), as ``apply_part`` does.
+        apply_log_order: applies a part of one transaction change by change, as
+            ``apply_part`` does; None: the target cannot, and ``apply_part``
+            applies the transaction's net change instead.
         discard: closes a holder that will not be applied (the run stopped).
         pass_transaction: moves the target past a part of one failing
             transaction that its action lets by, keeping it when it logs it.
@@ -94,6 +97,7 @@ class CycleParts:
     progress: Callable[[int, int], None]
     describe: Callable[[str], str]
     errors: ErrorsConfig
+    apply_log_order: Callable[[Part, str], Changed] | None = None
     limits: GroupLimits = field(default_factory=GroupLimits)
     split: int = 3
     threshold: int = 100
@@ -196,7 +200,9 @@ class CycleParts:
         """Apply ``group`` as one part: compiled now, or from ``holder`` (compiled with the other groups)."""
         part = self._part(group)
         self.progress(part.start, part.end)
-        if holder is None:
+        if holder is None and not group.compiled and self.apply_log_order is not None:
+            changed = self.apply_log_order(part, group.txns[0].xid)
+        elif holder is None:
             changed = self.apply_part(part, [t.xid for t in group.txns])
         else:
             changed = self.apply_compiled(part, holder)

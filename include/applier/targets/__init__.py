@@ -120,6 +120,10 @@ class CycleLoad:
         held: per table, the cycle its state holds after the apply, where the
             target knows it without reading again (the engine asks
             ``committed_cycles`` for the others).
+        collisions: per table, the collisions counted per kind
+            (:mod:`~applier.targets.collisions`).
+        statements: a transaction applied in log order: per table, its statements per op.
+        changed: the same: per table, whether it was truncated and the change in its row count.
     """
 
     skipped_tables: list[str] = field(default_factory=list)
@@ -129,6 +133,9 @@ class CycleLoad:
     table_seconds: dict[str, dict[str, float]] = field(default_factory=dict)
     seconds: dict[str, float] = field(default_factory=dict)
     held: dict[str, int] = field(default_factory=dict)
+    collisions: dict[str, dict[str, int]] = field(default_factory=dict)
+    statements: dict[str, dict[str, int]] = field(default_factory=dict)
+    changed: dict[str, tuple[bool, int]] = field(default_factory=dict)
 
 
 class Target(Protocol):
@@ -142,9 +149,15 @@ class Target(Protocol):
         atomic_cycles: whether a cycle's (or part's) commit is all or nothing
             across its tables: only then is a refused group split to find the
             failing transaction (:mod:`applier.engine.units`).
+        log_order: whether it applies a transaction statement by statement
+            (:meth:`apply_log_order`); a target that does not applies a
+            log-order transaction's net change as a part of its own, which
+            leaves the same rows (it cannot then tell an update that found no
+            row from an insert).
     """
 
     atomic_cycles: bool
+    log_order: bool
 
     def committed_cycle(self, table: str) -> int:
         """The cycle ``table``'s current state holds; 0 when it is missing or was never written.
@@ -213,6 +226,25 @@ class Target(Protocol):
         Raises:
             TargetError: naming the table; what the target committed of the
                 cycle is skipped when the cycle is re-run.
+        """
+        ...
+
+    def apply_log_order(
+        self,
+        cycle_id: int,
+        part: Part,
+        position: Mapping[str, int],
+        rows: pa.Table,
+        tables: Mapping[str, TableDef],
+    ) -> CycleLoad:
+        """Apply the one transaction of ``part`` change by change, in source order, in one target transaction.
+
+        Args:
+            rows: its changes as the pairs hold them (``lsn, table, op, before, after``).
+            tables: the definitions of the tables they change.
+
+        Raises:
+            TargetError: nothing of it was applied.
         """
         ...
 
@@ -298,6 +330,7 @@ def open_target(config: Config) -> Target:
             raise ConfigError("target.path", None, "a folder is required for target.type delta")
         return DeltaTarget(config.target.path, config.configuration_name, threads=config.apply.threads)
     if config.target.type == "postgres":
+        from applier.targets.collisions import Collisions
         from applier.targets.postgres import PostgresTarget
 
         if config.target.url is None:
@@ -310,5 +343,6 @@ def open_target(config: Config) -> Target:
             show_row_values=config.target.show_row_values,
             lock_timeout_s=config.target.lock_timeout_s,
             statement_timeout_s=config.target.statement_timeout_s,
+            collisions=Collisions.of(config),
         )
     raise ConfigError("target.type", config.target.type, "use one of: delta, postgres")

@@ -79,6 +79,7 @@ class DeltaTarget:
         self.threads = threads
         self._checkpoint_copy = self.root / OWN_FOLDER / f"{app_id}.checkpoint.json"
         self.atomic_cycles = False  # each table commits on its own
+        self.log_order = False  # no statements: a log-order transaction commits its net change
         self._constraints: dict[str, dict[str, str]] = {}  # CHECK constraints by table, as last read
         self._exceptions = store_path(self.root, app_id)
 
@@ -101,6 +102,10 @@ class DeltaTarget:
         """
         self._check_first(cycle_id, changes)
         return apply_tables(self, self.threads, cycle_id, changes, part)
+
+    def apply_log_order(self, cycle_id: int, part: Part, *args: Any) -> CycleLoad:
+        """Not for Delta (``log_order`` is False): a Delta table takes commits, not statements."""
+        raise TargetError(f"cycle {cycle_id}: the Delta target applies a transaction's net change, not its statements")
 
     def _check_first(self, cycle_id: int, changes: Mapping[str, TableChanges]) -> None:
         """Refuse the cycle before any commit when a table's rows break its CHECK constraints."""

@@ -41,8 +41,9 @@ _BATCH_ROWS = 65_536
 def staging_rows(changes: TableChanges) -> pa.Table:
     """The table's net changes in the staging table's columns.
 
-    Keyed tables: every column then ``__op`` (``U`` rows carry the final row,
-    ``D`` rows the key and nulls). Tables without a key: ``__id`` (the row
+    Keyed tables: every column then ``__op`` (``I`` and ``U`` rows carry the
+    final row of a net insert or update, ``P`` of either when the changes do
+    not tell, ``D`` rows the key and nulls). Tables without a key: ``__id`` (the row
     value's number), every column, ``__n`` (the signed copy count).
     """
     if changes.counted is not None:
@@ -58,7 +59,11 @@ def staging_rows(changes: TableChanges) -> pa.Table:
         for f in upserts.schema
     ]
     names = [*upserts.column_names, OP]
-    ups = upserts.append_column(OP, pa.repeat(pa.scalar("U"), upserts.num_rows).cast(pa.string()))
+    if changes.new is None:  # not known whether new: an upsert, not counted
+        ops = pa.repeat(pa.scalar("P"), upserts.num_rows).cast(pa.string())
+    else:
+        ops = pc.if_else(changes.new, "I", "U")
+    ups = upserts.append_column(OP, ops)
     dels = pa.Table.from_arrays([*full, pa.repeat(pa.scalar("D"), deletes.num_rows).cast(pa.string())], names=names)
     return pa.concat_tables([ups, dels.cast(ups.schema)])
 

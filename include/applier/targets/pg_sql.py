@@ -161,7 +161,7 @@ def _equal(left: str, right: str, column: Column) -> sql.Composed:
 
 
 def delete_keyed(ident: sql.Identifier, stage: sql.Identifier, table: TableDef) -> sql.Composed:
-    """Delete the rows whose keys are staged as ``D``."""
+    """Delete the rows whose keys are staged as ``D``; its row count: the keys found."""
     match = sql.SQL(" AND ").join(_equal("t", "s", table.column(k)) for k in table.primary_key)
     return sql.SQL("DELETE FROM {} AS t USING {} AS s WHERE s.{} = 'D' AND {}").format(
         ident, stage, sql.Identifier(OP), match
@@ -169,11 +169,11 @@ def delete_keyed(ident: sql.Identifier, stage: sql.Identifier, table: TableDef) 
 
 
 def upsert_keyed(ident: sql.Identifier, stage: sql.Identifier, table: TableDef) -> sql.Composed:
-    """Insert the rows staged as ``U``, or update the row holding the key (``INSERT … ON CONFLICT``)."""
+    """Insert the rows staged as ``I`` or ``U``, or update the row holding the key (``INSERT … ON CONFLICT``)."""
     others = [n for n in table.column_names if n not in table.primary_key]
     sets = sql.SQL(", ").join(sql.SQL("{0} = EXCLUDED.{0}").format(sql.Identifier(n)) for n in others)
     action = sql.SQL("DO UPDATE SET {}").format(sets) if others else sql.SQL("DO NOTHING").format()
-    return sql.SQL("INSERT INTO {} ({}) SELECT {} FROM {} WHERE {} = 'U' ON CONFLICT ({}) {}").format(
+    return sql.SQL("INSERT INTO {} ({}) SELECT {} FROM {} WHERE {} <> 'D' ON CONFLICT ({}) {}").format(
         ident,
         _columns(table.column_names),
         _columns(table.column_names),
@@ -184,12 +184,54 @@ def upsert_keyed(ident: sql.Identifier, stage: sql.Identifier, table: TableDef) 
     )
 
 
-def merge_keyed(ident: sql.Identifier, stage: sql.Identifier, table: TableDef) -> sql.Composed:
-    """One ``MERGE`` applying a keyed staging table: delete ``D`` keys, update or insert ``U`` rows.
+def update_keyed(ident: sql.Identifier, stage: sql.Identifier, table: TableDef, op: str) -> sql.Composed:
+    """Update the rows whose keys are staged with ``op`` to their staged final rows; its row count: the keys found.
 
-    The form the target uses: on PostgreSQL 15 it beat a ``DELETE … USING``
-    followed by ``INSERT … ON CONFLICT`` (:func:`delete_keyed`,
-    :func:`upsert_keyed`) on the same staged rows (``bench/pg_forms.py``).
+    A table of key columns only sets its key to itself, so that the count still
+    says which keys were found.
+    """
+    match = sql.SQL(" AND ").join(_equal("t", "s", table.column(k)) for k in table.primary_key)
+    others = [n for n in table.column_names if n not in table.primary_key] or list(table.primary_key)
+    sets = sql.SQL(", ").join(sql.SQL("{} = {}").format(sql.Identifier(n), sql.Identifier("s", n)) for n in others)
+    return sql.SQL("UPDATE {} AS t SET {} FROM {} AS s WHERE s.{} = {} AND {}").format(
+        ident, sets, stage, sql.Identifier(OP), sql.Literal(op), match
+    )
+
+
+def insert_missing(ident: sql.Identifier, stage: sql.Identifier, table: TableDef, op: str) -> sql.Composed:
+    """Insert the rows staged with ``op`` whose key holds no row; its row count: the rows inserted.
+
+    ``NOT EXISTS`` rather than ``ON CONFLICT``: it needs no unique index on the
+    key, and a unique index on other columns still refuses a duplicate value.
+    """
+    match = sql.SQL(" AND ").join(_equal("t", "s", table.column(k)) for k in table.primary_key)
+    return sql.SQL(
+        "INSERT INTO {target} ({columns}) SELECT {values} FROM {stage} AS s WHERE s.{op} = {kind} "
+        "AND NOT EXISTS (SELECT FROM {target} AS t WHERE {match})"
+    ).format(
+        target=ident,
+        columns=_columns(table.column_names),
+        values=sql.SQL(", ").join(sql.Identifier("s", n) for n in table.column_names),
+        stage=stage,
+        op=sql.Identifier(OP),
+        kind=sql.Literal(op),
+        match=match,
+    )
+
+
+def staged_ops(stage: sql.Identifier) -> sql.Composed:
+    """How many staged rows of each ``__op`` (keyed) a staging table holds."""
+    return sql.SQL("SELECT {0}, count(*) FROM {1} GROUP BY {0}").format(sql.Identifier(OP), stage)
+
+
+def merge_keyed(ident: sql.Identifier, stage: sql.Identifier, table: TableDef) -> sql.Composed:
+    """One ``MERGE`` applying a keyed staging table: delete ``D`` keys, update or insert ``I`` and ``U`` rows.
+
+    On PostgreSQL 15 it beat a ``DELETE … USING`` followed by ``INSERT … ON
+    CONFLICT`` (:func:`delete_keyed`, :func:`upsert_keyed`) on the same staged
+    rows (``bench/pg_forms.py``), but it cannot tell what it found: the target
+    applies :func:`delete_keyed`, :func:`update_keyed` and
+    :func:`insert_missing` instead, whose row counts show the collisions.
     Staged keys are unique (net changes), so no target row matches twice.
     """
     match = sql.SQL(" AND ").join(_equal("t", "s", table.column(k)) for k in table.primary_key)
@@ -200,7 +242,7 @@ def merge_keyed(ident: sql.Identifier, stage: sql.Identifier, table: TableDef) -
         "MERGE INTO {target} AS t USING {stage} AS s ON {match} "
         "WHEN MATCHED AND s.{op} = 'D' THEN DELETE "
         "WHEN MATCHED THEN {update} "
-        "WHEN NOT MATCHED AND s.{op} = 'U' THEN INSERT ({columns}) VALUES ({values})"
+        "WHEN NOT MATCHED AND s.{op} <> 'D' THEN INSERT ({columns}) VALUES ({values})"
     ).format(
         target=ident,
         stage=stage,

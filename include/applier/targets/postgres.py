@@ -39,8 +39,9 @@ from applier.engine.changes import TableChanges
 from applier.engine.compiled import release
 from applier.errors import TargetError
 from applier.intermediate.schema import TableDef, check_table_name
-from applier.targets import CycleLoad, Part, PassedTransaction, pg_exceptions
+from applier.targets import CycleLoad, Part, PassedTransaction, collisions, pg_apply, pg_exceptions
 from applier.targets import pg_sql as q
+from applier.targets.collisions import Collisions
 from applier.targets.pg_checkpoint import CheckpointRow, Position, holds
 from applier.targets.pg_drift import COLUMNS_QUERY, FoundColumn, drift
 from applier.targets.pg_errors import (
@@ -90,6 +91,7 @@ class PostgresTarget:
         lock_timeout_s: how long a statement waits for a lock before it fails
             with a transient error naming the holder (0: for ever).
         statement_timeout_s: how long one statement may run (0: no limit).
+        collisions: what a collision does (:mod:`~applier.targets.collisions`; default: counted, applied).
     """
 
     def __init__(
@@ -102,6 +104,7 @@ class PostgresTarget:
         show_row_values: bool = False,
         lock_timeout_s: float = 60.0,
         statement_timeout_s: float = 0.0,
+        collisions: Collisions | None = None,
     ) -> None:
         if threads < 1:
             raise ValueError(f"threads must be at least 1, got {threads}")
@@ -114,7 +117,9 @@ class PostgresTarget:
         self._statement_timeout_s = statement_timeout_s
         self._connections: list[psycopg.Connection[Any]] = []
         self._row = CheckpointRow(configuration_name)
+        self._collisions = collisions or Collisions()
         self.atomic_cycles = True
+        self.log_order = True
 
     # ------------------------------------------------------------------ connections
 
@@ -271,7 +276,7 @@ class PostgresTarget:
                     return False
                 for s in staged:
                     with self._errors("apply", s.table.name, s):
-                        self._apply_table(conn, s)
+                        self._collisions.settle(s.table.name, self._apply_table(conn, s))
                 pg_exceptions.mark_resubmitted(conn, ident)
         except TargetError:
             self.close()
@@ -326,7 +331,7 @@ class PostgresTarget:
             started = time.perf_counter()
             staged = self._load(changes, load)
             loaded = time.perf_counter()
-            if not self._commit(cycle_id, staged, position, part):
+            if not self._commit(cycle_id, staged, position, part, load):
                 load.skipped_tables = sorted(changes)
             load.seconds = {"load": round(loaded - started, 3), "commit": round(time.perf_counter() - loaded, 3)}
         except TargetError:
@@ -383,7 +388,7 @@ class PostgresTarget:
                     copy.write(csv_bytes(batch))
 
     def _commit(
-        self, cycle_id: int, staged: list[_Staged], position: Mapping[str, int], part: Part | None = None
+        self, cycle_id: int, staged: list[_Staged], position: Mapping[str, int], part: Part | None, load: CycleLoad
     ) -> bool:
         """The cycle's (or part's) one transaction; False when another run committed it meanwhile."""
         conn = self._connection(0)
@@ -392,9 +397,57 @@ class PostgresTarget:
                 return False
             for s in staged:
                 with self._errors("apply", s.table.name, s):
-                    self._apply_table(conn, s)
+                    found = self._apply_table(conn, s)
+                collisions.add(load.collisions, s.table.name, self._collisions.settle(s.table.name, found))
             self._row.record(conn, cycle_id, position, part)
         return True
+
+    def apply_log_order(
+        self,
+        cycle_id: int,
+        part: Part,
+        position: Mapping[str, int],
+        rows: pa.Table,
+        tables: Mapping[str, TableDef],
+    ) -> CycleLoad:
+        """Apply one transaction's changes statement by statement, in source order, with the checkpoint row, at once.
+
+        Args:
+            rows: its changes (``lsn, table, op, before, after``).
+            tables: the definitions of (at least) the tables they change.
+
+        Returns:
+            ``collisions`` met, ``statements`` per table and op, ``changed`` per table.
+        """
+        load = CycleLoad()
+        names = sorted(set(rows.column("table").to_pylist()))
+        for name in names:
+            check_table_name(name)
+        if holds(self._position(), cycle_id, part):
+            load.skipped_tables = names
+            return load
+        conn = self._connection(0)
+        started = time.perf_counter()
+        try:
+            with self._errors("apply in log order", None), conn.transaction():
+                if holds(self._row.position(conn, lock=True), cycle_id, part):
+                    load.skipped_tables = names
+                    return load
+                idents = {}
+                for name in names:
+                    with self._errors("prepare", name):
+                        idents[name] = self._prepare_table(conn, tables[name])
+                statements = pg_apply.LogOrder(conn, idents, tables, self._errors)
+                statements.apply(rows)
+                for name, found in statements.found.items():
+                    collisions.add(load.collisions, name, self._collisions.settle(name, found))
+                self._row.record(conn, cycle_id, position, part)
+        except TargetError:
+            self.close()
+            raise
+        load.statements, load.changed = statements.statements, statements.changed
+        load.seconds = {"commit": round(time.perf_counter() - started, 3)}
+        return load
 
     def pass_transaction(
         self, cycle_id: int, part: Part, position: Mapping[str, int], passed: PassedTransaction
@@ -412,29 +465,24 @@ class PostgresTarget:
             self.close()
             raise
 
-    def _apply_table(self, conn: psycopg.Connection[Any], s: _Staged) -> None:
-        table = s.table
+    def _apply_table(self, conn: psycopg.Connection[Any], s: _Staged) -> pg_apply.Found:
+        """Apply one staging table set-wise (:mod:`~applier.targets.pg_apply`); the collisions it met."""
+        ident = self._prepare_table(conn, s.table)
+        if s.truncate:
+            conn.execute(q.truncate(ident))
+        if not s.rows:
+            return {}
+        if s.table.primary_key:
+            return pg_apply.apply_keyed(conn, ident, s.stage, s.table)
+        return pg_apply.apply_counted(conn, ident, s.stage, s.table)
+
+    def _prepare_table(self, conn: psycopg.Connection[Any], table: TableDef) -> sql.Identifier:
+        """Create the table, or evolve it, inside the cycle's transaction; its target name."""
         ident = q.target_table(table, self._schema_map)
         conn.execute(q.create_schema(self._schema_map.get(table.schema_name, table.schema_name)))
         conn.execute(q.create_table(ident, table))
         self._evolve(conn, ident, table)
-        if s.truncate:
-            conn.execute(q.truncate(ident))
-        if not s.rows:
-            return
-        if table.primary_key:
-            conn.execute(q.merge_keyed(ident, s.stage, table))
-            return
-        wanted = conn.execute(
-            sql.SQL("SELECT coalesce(sum(-{0}), 0) FROM {1} WHERE {0} < 0").format(sql.Identifier(q.COUNT), s.stage)
-        ).fetchone()
-        deleted = conn.execute(q.delete_copies(ident, s.stage, table)).rowcount
-        if wanted is not None and deleted != wanted[0]:
-            raise TargetError(
-                f"table {table.name}: {wanted[0]} rows were to be deleted but only {deleted} matching rows "
-                "exist (the table no longer holds what the log deletes)"
-            )
-        conn.execute(q.insert_copies(ident, s.stage, table))
+        return ident
 
     def _evolve(self, conn: psycopg.Connection[Any], ident: sql.Identifier, table: TableDef) -> None:
         """Add the definition's new columns, then refuse a table that drifted (:mod:`~applier.targets.pg_drift`)."""

@@ -1,0 +1,224 @@
+"""Applying changes inside the PostgreSQL target's transaction: set-wise from staging, or in log order.
+
+Both run on the connection of the cycle's (or part's) one transaction, after
+the table was created or evolved, and answer the collisions they met per kind
+(:mod:`~applier.targets.collisions`); the caller decides whether those refuse
+the transaction.
+
+**Set-wise** (a compiled group): a keyed staging table is applied by three
+statements whose row counts show what the table held: delete the ``D`` keys,
+update the ``U`` rows, insert the ``I`` rows whose key is free (``P`` rows,
+of changes that do not tell inserts from updates, are updated or inserted
+uncounted). A ``U`` that
+found no row and an ``I`` whose key was held are collisions; they are applied
+as an upsert would (the missing updates inserted, the held inserts updated),
+by a fourth statement that runs only when there are some. A keyless staging
+table deletes copies of row values, then inserts copies.
+
+**Log order** (a noncompilable transaction, and the enhanced retry's single
+transactions): every change of one transaction is a statement of its own, in
+source order. Statements carry bound parameters (values parsed from the
+images by the compile's own rules), prepared once per form by psycopg.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from contextlib import AbstractContextManager
+from typing import Any
+
+import psycopg
+import pyarrow as pa
+from psycopg import sql
+
+from applier.engine.identity import rules_of
+from applier.intermediate.schema import TableDef
+from applier.targets import pg_sql as q
+
+Found = dict[str, int]
+"""Collisions met, per kind (``insert``, ``update``, ``delete``)."""
+
+
+def apply_keyed(conn: psycopg.Connection[Any], ident: sql.Identifier, stage: sql.Identifier, table: TableDef) -> Found:
+    """Apply a keyed staging table set-wise (see the module docstring)."""
+    ops = dict(conn.execute(q.staged_ops(stage)).fetchall())
+    found: Found = {}
+    if ops.get("D"):
+        found["delete"] = ops["D"] - conn.execute(q.delete_keyed(ident, stage, table)).rowcount
+    if ops.get("U"):
+        found["update"] = ops["U"] - conn.execute(q.update_keyed(ident, stage, table, "U")).rowcount
+        if found["update"]:
+            conn.execute(q.insert_missing(ident, stage, table, "U"))
+    if ops.get("I"):
+        found["insert"] = ops["I"] - conn.execute(q.insert_missing(ident, stage, table, "I")).rowcount
+        if found["insert"]:
+            conn.execute(q.update_keyed(ident, stage, table, "I"))
+    if ops.get("P"):  # upserts of changes that do not tell inserts from updates: nothing to count
+        conn.execute(q.update_keyed(ident, stage, table, "P"))
+        conn.execute(q.insert_missing(ident, stage, table, "P"))
+    return found
+
+
+def apply_counted(
+    conn: psycopg.Connection[Any], ident: sql.Identifier, stage: sql.Identifier, table: TableDef
+) -> Found:
+    """Apply a keyless staging table: delete copies (those not there are collisions), then insert copies."""
+    wanted = conn.execute(
+        sql.SQL("SELECT coalesce(sum(-{0}), 0) FROM {1} WHERE {0} < 0").format(sql.Identifier(q.COUNT), stage)
+    ).fetchone()
+    deleted = conn.execute(q.delete_copies(ident, stage, table)).rowcount
+    conn.execute(q.insert_copies(ident, stage, table))
+    return {"delete": int(wanted[0]) - deleted} if wanted else {}
+
+
+class LogOrder:
+    """One transaction's changes applied statement by statement, in source order.
+
+    Args:
+        conn: the connection, inside the transaction.
+        idents: each table's target table.
+        tables: each table's definition (the cycle's latest; a column missing from an image is null).
+    """
+
+    def __init__(
+        self,
+        conn: psycopg.Connection[Any],
+        idents: Mapping[str, sql.Identifier],
+        tables: Mapping[str, TableDef],
+        errors: Callable[[str, str], AbstractContextManager[None]],
+    ) -> None:
+        self._conn, self._idents, self._tables, self._errors = conn, idents, tables, errors
+        self.found: dict[str, Found] = {}
+        self.changed: dict[str, tuple[bool, int]] = {}
+        self.statements: dict[str, dict[str, int]] = {}
+
+    def apply(self, rows: pa.Table) -> None:
+        """Apply ``rows`` (``lsn, table, op, before, after``) in ``lsn`` order."""
+        ordered = rows.sort_by("lsn")
+        columns = [ordered.column(c).to_pylist() for c in ("lsn", "table", "op", "before", "after")]
+        for lsn, name, op, before, after in zip(*columns, strict=True):
+            try:
+                self._change(name, op, before, after)
+            except psycopg.Error:  # named by its lsn and key, worked out only now
+                with self._errors(f"{_OPS[op]} at lsn {lsn}{_key(self._tables[name], before, after)}", name):
+                    raise
+
+    def _change(self, name: str, op: str, before: str | None, after: str | None) -> None:
+        table, ident = self._tables[name], self._idents[name]
+        counts = self.statements.setdefault(name, {})
+        counts[op] = counts.get(op, 0) + 1
+        truncated, delta = self.changed.get(name, (False, 0))
+        if op == "T":
+            self._conn.execute(q.truncate(ident))
+            self.changed[name] = (True, 0)
+            return
+        if op in ("U", "D"):
+            old = _values(table, before)
+            new = _values(table, after) if op == "U" else None
+            if self._remove(table, ident, old, new):
+                self._count(name, "update" if op == "U" else "delete")
+                delta += 1 if new is not None and table.primary_key else 0  # the update inserts its row
+            elif new is None or not table.primary_key:
+                delta -= 1
+        if op == "I" or (op == "U" and not table.primary_key):
+            if self._insert(table, ident, _values(table, after)):
+                self._count(name, "insert")
+            else:
+                delta += 1
+        self.changed[name] = (truncated, delta)
+
+    def _remove(self, table: TableDef, ident: sql.Identifier, old: dict[str, Any], new: dict[str, Any] | None) -> bool:
+        """Delete the row ``old`` names, or (keyed, ``new`` given) update it to ``new``; True when there was none.
+
+        A keyed update that finds no row inserts ``new`` instead.
+        """
+        if not table.primary_key:
+            values = [old[c] for c in table.column_names]
+            return self._conn.execute(_delete_one_copy(ident, table), values).rowcount == 0
+        key = [old[k] for k in table.primary_key]
+        if new is None:
+            return self._conn.execute(_delete_by_key(ident, table), key).rowcount == 0
+        values = [new[c] for c in table.column_names]
+        if self._conn.execute(_update_by_key(ident, table), [*values, *key]).rowcount:
+            return False
+        self._conn.execute(_insert(ident, table, keyed=False), values)
+        return True
+
+    def _insert(self, table: TableDef, ident: sql.Identifier, new: dict[str, Any]) -> bool:
+        """Insert ``new``; keyed, when its key holds a row, update that row instead: True then (a collision)."""
+        values = [new[c] for c in table.column_names]
+        if not table.primary_key:
+            self._conn.execute(_insert(ident, table, keyed=False), values)
+            return False
+        key = [new[k] for k in table.primary_key]
+        if self._conn.execute(_insert(ident, table, keyed=True), [*values, *key]).rowcount:
+            return False
+        self._conn.execute(_update_by_key(ident, table), [*values, *key])
+        return True
+
+    def _count(self, name: str, kind: str) -> None:
+        mine = self.found.setdefault(name, {})
+        mine[kind] = mine.get(kind, 0) + 1
+
+
+_OPS = {"I": "insert", "U": "update", "D": "delete", "T": "truncate"}
+
+
+def _key(table: TableDef, before: str | None, after: str | None = None) -> str:
+    """`` at key id=7`` for a keyed table's change (its old key for an update); empty otherwise."""
+    image = before or after
+    if not table.primary_key or image is None:
+        return ""
+    try:
+        values = _values(table, image)
+    except Exception:  # an image the statement will refuse with its own error
+        return ""
+    return " at key " + ", ".join(f"{k}={values[k]}" for k in table.primary_key)
+
+
+def _values(table: TableDef, image: str | None) -> dict[str, Any]:
+    """An image's values, typed by the compile's rules (as the set-wise path would store them)."""
+    if image is None:
+        raise ValueError(f"table {table.name}: a change lacks the image its operation needs")
+    columns = rules_of(table).parse([image])
+    return {c.name: array[0].as_py() for c, array in zip(table.columns, columns, strict=True)}
+
+
+def _match(table: TableDef, names: tuple[str, ...]) -> sql.Composed:
+    """``c1 = %s AND c2 IS NOT DISTINCT FROM %s ...`` (null-safe for nullable columns)."""
+    return sql.SQL(" AND ").join(
+        sql.SQL("{} {} %s").format(
+            sql.Identifier(n), sql.SQL("IS NOT DISTINCT FROM" if table.column(n).nullable else "=")
+        )
+        for n in names
+    )
+
+
+def _update_by_key(ident: sql.Identifier, table: TableDef) -> sql.Composed:
+    """Set every column (parameters: all columns, then the old key)."""
+    sets = sql.SQL(", ").join(sql.SQL("{} = %s").format(sql.Identifier(c)) for c in table.column_names)
+    return sql.SQL("UPDATE {} SET {} WHERE {}").format(ident, sets, _match(table, table.primary_key))
+
+
+def _delete_by_key(ident: sql.Identifier, table: TableDef) -> sql.Composed:
+    return sql.SQL("DELETE FROM {} WHERE {}").format(ident, _match(table, table.primary_key))
+
+
+def _delete_one_copy(ident: sql.Identifier, table: TableDef) -> sql.Composed:
+    """Delete one row equal to the value (parameters: all columns): rows without a key have no identity."""
+    return sql.SQL("DELETE FROM {0} WHERE ctid = (SELECT ctid FROM {0} WHERE {1} LIMIT 1)").format(
+        ident, _match(table, table.column_names)
+    )
+
+
+def _insert(ident: sql.Identifier, table: TableDef, *, keyed: bool) -> sql.Composed:
+    """Insert a row (parameters: all columns, then, keyed, its key: inserted only when the key is free)."""
+    columns = sql.SQL(", ").join(sql.Identifier(c) for c in table.column_names)
+    if not keyed:
+        values = sql.SQL(", ").join(sql.Placeholder() * len(table.column_names))
+        return sql.SQL("INSERT INTO {} ({}) VALUES ({})").format(ident, columns, values)
+    # Typed: a SELECT list would read an untyped parameter as text.
+    typed = sql.SQL(", ").join(sql.SQL("%s::{}").format(sql.SQL(q.pg_type(c.type))) for c in table.columns)
+    return sql.SQL("INSERT INTO {0} ({1}) SELECT {2} WHERE NOT EXISTS (SELECT FROM {0} WHERE {3})").format(
+        ident, columns, typed, _match(table, table.primary_key)
+    )
