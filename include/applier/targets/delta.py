@@ -34,14 +34,13 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Collection, Iterable, Iterator, Mapping
-from contextlib import AbstractContextManager, contextmanager, nullcontext
+from collections.abc import Collection, Iterable, Mapping
+from contextlib import AbstractContextManager, nullcontext
 from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
 from deltalake import CommitProperties, DeltaTable, Transaction
-from deltalake.exceptions import CommitFailedError, DeltaError, SchemaMismatchError
 
 from applier.engine.changes import (
     TableChanges,
@@ -52,6 +51,8 @@ from applier.errors import TargetError
 from applier.intermediate.schema import SchemaError, TableDef, check_table_name
 from applier.targets import CycleLoad, Part, PassedTransaction, holds_part
 from applier.targets.delta_check import constraints_of, refused_constraints, rows_to_check
+from applier.targets.delta_errors import open_table as _open
+from applier.targets.delta_errors import target_errors as _target_errors
 from applier.targets.delta_exceptions import append, delete, records, store_path
 from applier.targets.delta_log import commit_tags, held_position
 from applier.targets.delta_names import OWN_FOLDER, delta_misfit
@@ -60,8 +61,6 @@ from applier.targets.delta_write import apply_counted, apply_keyed
 from applier.targets.per_table import apply_tables
 
 log = logging.getLogger(__name__)
-
-_FAILURES = (DeltaError, pa.ArrowException, OSError)
 
 
 class DeltaTarget:
@@ -363,37 +362,3 @@ class DeltaTarget:
         with _target_errors(table, "listing files"):
             current = _open(path)
             return [] if current is None else list(current.file_uris())
-
-
-@contextmanager
-def _target_errors(table: str, doing: str) -> Iterator[None]:
-    """Turn delta-rs, Arrow and file-system failures into :class:`TargetError` naming the table.
-
-    Only the first line of the cause goes into the message: delta-rs appends a
-    preview of offending rows, which may hold data that does not belong in logs.
-    """
-    try:
-        yield
-    except _FAILURES as e:
-        lines = str(e).strip().splitlines()
-        raise TargetError(
-            f"table {table}: {doing} failed: {lines[0] if lines else type(e).__name__}",
-            error_class=_error_class(e),
-            table=table,
-            code=type(e).__name__,
-        ) from e
-
-
-def _error_class(error: Exception) -> str:
-    """The class of a delta-rs failure (:data:`~applier.errors.ERROR_CLASSES`): by its type, then its message."""
-    if isinstance(error, CommitFailedError):
-        return "conflict"  # another writer committed first
-    if isinstance(error, SchemaMismatchError):
-        return "schema"
-    if isinstance(error, DeltaError) and ("failed validation check" in str(error) or "Invariant" in str(error)):
-        return "check"  # a table constraint (CHECK) or a NOT NULL invariant refused rows
-    return "other"
-
-
-def _open(path: Path) -> DeltaTable | None:
-    return DeltaTable(str(path)) if DeltaTable.is_deltatable(str(path)) else None
