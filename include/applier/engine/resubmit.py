@@ -6,11 +6,20 @@ checkpoint, and the target applies their net change and marks the record
 resubmitted in one transaction: a second resubmission finds the mark and
 applies nothing. The change lands as of now: later transactions the Applier
 applied to the same keys are not replayed after it.
+
+A target whose tables commit one by one (``atomic_cycles`` False: Delta)
+cannot make the apply and the mark one transaction; it makes them a sequence
+that is safe to repeat (:mod:`applier.targets.delta_resubmit`). For that it
+must be the tables' only writer, so the resubmission holds the
+configuration's run lock (:mod:`applier.engine.runlock`) from reading the
+record to marking it: a run or another resubmission under way refuses it
+(exit 6), and it refuses them. PostgreSQL's single transaction needs no lock.
 """
 
 from __future__ import annotations
 
 import tempfile
+from contextlib import AbstractContextManager, nullcontext
 from pathlib import Path
 
 import pyarrow as pa
@@ -20,6 +29,7 @@ from applier.engine.checkpoint import CheckpointStore
 from applier.engine.compile_local import compile_locally
 from applier.engine.compiled import CompiledCycle
 from applier.engine.queue import MemoryQueue
+from applier.engine.runlock import RunLock
 from applier.errors import TargetError, UsageError
 from applier.targets import Target
 
@@ -30,7 +40,17 @@ def resubmit(config: Config, target: Target, ident: int) -> str:
     Raises:
         UsageError: no such exception, or it was resubmitted already.
         TargetError: the target refused it again (nothing changed).
+        RunLockedError: a target committing table by table, and a run or
+            resubmission of the configuration holds its run lock.
     """
+    lock: AbstractContextManager[object] = (
+        nullcontext() if target.atomic_cycles else RunLock(config.work_dir, config.configuration_name)
+    )
+    with lock:
+        return _resubmit(config, target, ident)
+
+
+def _resubmit(config: Config, target: Target, ident: int) -> str:
     found = target.exceptions(ident)
     if not found:
         raise UsageError(f"no exception {ident} in configuration {config.configuration_name}")

@@ -25,6 +25,10 @@ a merge that changes no row, so ``committed_cycle`` is the last cycle that
 re-applying an empty change is still empty. (The engine therefore records,
 per table, what ``committed_cycle`` answers after each cycle, not the cycle.)
 
+An operator's resubmission of a set-aside transaction commits outside any
+cycle, tagged with the exception id instead, and is walked past when the held
+cycle is read (:mod:`applier.targets.delta_resubmit`).
+
 Every write opens the table afresh: delta-rs writes against the snapshot of the
 ``DeltaTable`` it is given, and an overwrite from a stale snapshot keeps files
 added after it. The target assumes it is the only writer of its tables.
@@ -56,6 +60,7 @@ from applier.targets.delta_errors import target_errors as _target_errors
 from applier.targets.delta_exceptions import append, delete, records, store_path
 from applier.targets.delta_log import commit_tags, held_position
 from applier.targets.delta_names import OWN_FOLDER, delta_misfit
+from applier.targets.delta_resubmit import resubmit as resubmit_exception
 from applier.targets.delta_schema import added_fields, check_shape, is_empty, prepared
 from applier.targets.delta_write import apply_counted, apply_keyed
 from applier.targets.per_table import apply_tables
@@ -156,11 +161,16 @@ class DeltaTarget:
             return delete(self._exceptions, ident, before)
 
     def resubmit(self, ident: int, changes: Mapping[str, TableChanges]) -> bool:
-        """Not on Delta yet: its tables commit one by one, so the record cannot be marked in the same commit."""
-        raise TargetError(
-            f"exception {ident}: resubmitting is not available on the Delta target yet; apply the changes "
-            "'applier exceptions show' lists by hand, then delete the exception"
-        )
+        """Apply exception ``ident``'s net ``changes`` once, table by table, then mark it (:mod:`.delta_resubmit`).
+
+        Returns:
+            False when it was resubmitted already: nothing is applied.
+
+        Raises:
+            TargetError: the target refused it again (before any commit when its
+                CHECK constraints or columns refuse), or it is not in the store.
+        """
+        return resubmit_exception(self, ident, changes)
 
     def applied_through(self, cycle_id: int) -> int:
         """0: each table holds its own part of a cycle, so the engine's intent tells how far the cycle went."""

@@ -6,6 +6,10 @@ in a list column (each image as the pair held it). The engine moves past the
 transaction in its intent file; the store's commit carries the part's tags
 (``applier.cycle``, ``applier.through``), so a re-run that finds them writes
 nothing again. No credential is ever written here.
+
+A resubmission sets the record's ``resubmitted_at`` (:func:`mark`) only after
+every table it changes committed (:mod:`applier.targets.delta_resubmit`): the
+mark is what makes a later resubmission of the record refuse.
 """
 
 from __future__ import annotations
@@ -114,3 +118,14 @@ def delete(path: Path, ident: int | None, before: str | None) -> int:
         predicate = f"logged_at < '{moment.astimezone(dt.UTC).isoformat()}'"
     metrics = DeltaTable(str(path)).delete(predicate)
     return int(metrics.get("num_deleted_rows", 0))
+
+
+def mark(path: Path, ident: int, props: CommitProperties) -> bool:
+    """Set record ``ident``'s ``resubmitted_at`` to now, in one tagged commit; False when it was set already."""
+    now = dt.datetime.now(dt.UTC).isoformat()
+    metrics = DeltaTable(str(path)).update(
+        updates={"resubmitted_at": f"'{now}'"},
+        predicate=f"id = {int(ident)} AND resubmitted_at IS NULL",
+        commit_properties=props,
+    )
+    return int(metrics.get("num_updated_rows", 0)) == 1

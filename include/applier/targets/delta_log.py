@@ -11,6 +11,9 @@ newest cycle (measured, delta-rs 1.6.6: see ``docs/notes/engine-spike.md``).
 So the history is walked from the newest commit, following the state:
 
 - a commit tagged by this app id: its state holds that cycle, the answer;
+- a resubmission of an exception (tagged ``applier.resubmitted``, see below):
+  it applies a set-aside transaction as of now and moves no cycle, so the
+  walk goes on at the version before it;
 - a ``RESTORE`` to version ``r`` (or to a moment, the newest version at or
   before it): the state is version ``r``'s, so the walk goes on at ``r``;
 - a commit that changes no row (added columns, OPTIMIZE, VACUUM, table
@@ -22,8 +25,17 @@ The common case costs one log entry: the newest commit is the applier's. A
 table folder replaced by a backup copy needs nothing special: its log ends
 where the copy was taken.
 
-Everything but :func:`held_position` is pure: history entries
-(``DeltaTable.history()`` dicts) in, an answer out.
+A resubmission (``applier exceptions resubmit ID``,
+:mod:`applier.targets.delta_resubmit`) commits each table it changes with the
+keys ``applier.configuration`` and ``applier.resubmitted`` (the exception id)
+and the app transaction ``(<app id>.exception.<id>, 1)``, and no cycle.
+Whether a table's state holds that resubmission is read the same way: along
+the state's path (following RESTOREs), a commit carrying the exception id;
+where the path leaves the log that is still kept (old entries cleaned up), the
+app transaction answers.
+
+Everything but :func:`held_position` and :func:`resubmission_held` is pure:
+history entries (``DeltaTable.history()`` dicts) in, an answer out.
 """
 
 from __future__ import annotations
@@ -36,6 +48,8 @@ CONFIGURATION_KEY = "applier.configuration"
 CYCLE_KEY = "applier.cycle"
 # On a commit of a part of a cycle (not its last): how many of the cycle's transactions the table holds.
 THROUGH_KEY = "applier.through"
+# On a resubmission's commit: the id of the exception it applies (it carries no cycle).
+RESUBMITTED_KEY = "applier.resubmitted"
 # Operations (delta-rs and Delta Spark names) that change no row: walked past.
 NO_ROW_CHANGE = frozenset(
     {
@@ -63,6 +77,23 @@ def commit_tags(app_id: str, cycle_id: int, through: int | None = None) -> dict[
     if through is not None:
         tags[THROUGH_KEY] = str(through)
     return tags
+
+
+def resubmission_tags(app_id: str, ident: int) -> dict[str, str]:
+    """The commit-info keys of a commit that resubmits exception ``ident``."""
+    return {CONFIGURATION_KEY: app_id, RESUBMITTED_KEY: str(ident)}
+
+
+def resubmission_app(app_id: str, ident: int) -> str:
+    """The app id of the app transaction (version 1) a resubmission of exception ``ident`` commits with."""
+    return f"{app_id}.exception.{ident}"
+
+
+def tagged_resubmission(entry: Mapping[str, Any], app_id: str) -> int | None:
+    """The exception a resubmission commit of ``app_id`` applies, or None for any other commit."""
+    if entry.get(CONFIGURATION_KEY) != app_id or RESUBMITTED_KEY not in entry:
+        return None
+    return int(entry[RESUBMITTED_KEY])
 
 
 def tagged_through(entry: Mapping[str, Any]) -> int | None:
@@ -152,7 +183,7 @@ def cycle_on_path(history: Mapping[int, Mapping[str, Any]], version: int, app_id
             if target is None:
                 return PathAnswer(None, v, needs_older=True)
             v = target
-        elif operation in NO_ROW_CHANGE:
+        elif operation in NO_ROW_CHANGE or tagged_resubmission(entry, app_id) is not None:
             v -= 1
         else:
             return PathAnswer(None, v)
@@ -190,3 +221,55 @@ def held_position(current: Any, app_id: str) -> tuple[int, int | None]:
     if answer.state_version != current.version():
         state = type(current)(current.table_uri, version=answer.state_version)
     return state.transaction_version(app_id) or 0, None
+
+
+def resubmission_on_path(
+    history: Mapping[int, Mapping[str, Any]], version: int, app_id: str, ident: int
+) -> bool | None:
+    """Whether the state of ``version`` holds ``app_id``'s resubmission of exception ``ident``.
+
+    Args:
+        history: commit infos by version: every entry the log still has.
+        version: the table's current version.
+
+    Returns:
+        True when a commit along the state's path carries the exception id,
+        False when the path reaches the table's first version without one,
+        None when it leaves the log that is kept (the app transaction answers).
+
+    Raises:
+        ValueError: a RESTORE commit that cannot be followed.
+    """
+    v = version
+    while v >= 0:
+        entry = history.get(v)
+        if entry is None:
+            return None
+        if tagged_resubmission(entry, app_id) == ident:
+            return True
+        if entry.get("operation") == "RESTORE":
+            target = _restore_target(v, entry, history, True)
+            assert target is not None  # the history is complete
+            v = target
+        else:
+            v -= 1
+    return False
+
+
+def resubmission_held(current: Any, app_id: str, ident: int) -> bool:
+    """Whether a Delta table's state holds the resubmission of exception ``ident`` (one read of its whole log).
+
+    A resubmission is an operator's command, rare and once per table, so the
+    whole kept history is read rather than the newest entries only.
+
+    Args:
+        current: the table (a ``deltalake.DeltaTable``) as just opened.
+
+    Raises:
+        ValueError: a RESTORE commit of the history cannot be followed.
+    """
+    by_version = {int(e["version"]): e for e in current.history()}
+    held = resubmission_on_path(by_version, current.version(), app_id, ident)
+    if held is None:
+        return current.transaction_version(resubmission_app(app_id, ident)) is not None
+    return held
