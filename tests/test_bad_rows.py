@@ -252,6 +252,7 @@ def test_a_crash_between_the_parts_of_a_retry_resumes_to_the_same_state_each_tra
     dies = DyingAfter(after_commits)
     monkeypatch.setattr(PostgresTarget, "pass_transaction", dies.wrap(PostgresTarget.pass_transaction, lambda a: a[0]))
     monkeypatch.setattr(PostgresTarget, "_commit", dies.wrap(PostgresTarget._commit, lambda a: a[-1]))
+    monkeypatch.setattr(PostgresTarget, "apply_log_order", dies.wrap(PostgresTarget.apply_log_order, lambda a: a[0]))
     with pytest.raises(Crash):
         run(config, spark)
     monkeypatch.undo()

@@ -35,6 +35,7 @@ class CrashingTarget:
     """The real Delta target, dying right after its ``after``-th table commit."""
 
     atomic_cycles = False
+    log_order = False
 
     def __init__(self, real: Any, after: int) -> None:
         self.real, self.after, self.applied = real, after, 0
@@ -119,11 +120,12 @@ def test_a_crash_inside_the_postgres_cycle_transaction_leaves_no_trace(
     applied = {"n": 0}
     real_apply = PostgresTarget._apply_table
 
-    def dying_apply(self: PostgresTarget, conn: Any, staged: Any) -> None:
-        real_apply(self, conn, staged)
+    def dying_apply(self: PostgresTarget, conn: Any, staged: Any) -> Any:
+        found = real_apply(self, conn, staged)
         applied["n"] += 1
         if applied["n"] == after_tables:
             raise Crash
+        return found
 
     monkeypatch.setattr(PostgresTarget, "_apply_table", dying_apply)
     with pytest.raises(Crash):

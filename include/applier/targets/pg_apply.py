@@ -32,11 +32,49 @@ import pyarrow as pa
 from psycopg import sql
 
 from applier.engine.identity import rules_of
+from applier.errors import TargetError
 from applier.intermediate.schema import TableDef
 from applier.targets import pg_sql as q
+from applier.targets.pg_drift import COLUMNS_QUERY, FoundColumn, drift
 
 Found = dict[str, int]
 """Collisions met, per kind (``insert``, ``update``, ``delete``)."""
+
+
+def prepare_table(conn: psycopg.Connection[Any], table: TableDef, schema_map: Mapping[str, str]) -> sql.Identifier:
+    """Create the table, or add the definition's new columns to it, inside the transaction; its target name.
+
+    Raises:
+        TargetError: the table drifted so that applying to it could lose data (:mod:`~applier.targets.pg_drift`).
+    """
+    ident = q.target_table(table, schema_map)
+    conn.execute(q.create_schema(schema_map.get(table.schema_name, table.schema_name)))
+    conn.execute(q.create_table(ident, table))
+    found = _found_columns(conn, table, schema_map)
+    present = {c.name for c in found}
+    added = [column for column in table.columns if column.name not in present]
+    for column in added:
+        conn.execute(q.add_column(ident, column))
+    if added:
+        found = _found_columns(conn, table, schema_map)
+    problem = drift(table, found)
+    if problem:
+        raise drift_error(table, problem, schema_map)
+    return ident
+
+
+def drift_error(table: TableDef, problem: str, schema_map: Mapping[str, str]) -> TargetError:
+    """The error that refuses a drifted table (class ``schema``)."""
+    schema, name = q.target_name(table.name, schema_map)
+    return TargetError(
+        f"table {table.name}: the target table {schema}.{name} was changed so that applying to it could "
+        f"lose data ({problem}); change it back, or drop it to have it created again",
+        error_class="schema",
+    )
+
+
+def _found_columns(conn: psycopg.Connection[Any], table: TableDef, schema_map: Mapping[str, str]) -> list[FoundColumn]:
+    return [FoundColumn(*row) for row in conn.execute(COLUMNS_QUERY, q.target_name(table.name, schema_map))]
 
 
 def apply_keyed(conn: psycopg.Connection[Any], ident: sql.Identifier, stage: sql.Identifier, table: TableDef) -> Found:

@@ -25,10 +25,9 @@ from __future__ import annotations
 
 import re
 import time
-from collections.abc import Collection, Iterable, Iterator, Mapping
+from collections.abc import Collection, Iterable, Mapping
 from concurrent.futures import ThreadPoolExecutor
-from contextlib import AbstractContextManager, contextmanager
-from dataclasses import dataclass
+from contextlib import AbstractContextManager
 from typing import Any
 
 import psycopg
@@ -43,36 +42,10 @@ from applier.targets import CycleLoad, Part, PassedTransaction, collisions, pg_a
 from applier.targets import pg_sql as q
 from applier.targets.collisions import Collisions
 from applier.targets.pg_checkpoint import CheckpointRow, Position, holds
-from applier.targets.pg_drift import COLUMNS_QUERY, FoundColumn, drift
-from applier.targets.pg_errors import (
-    LOCK_NOT_AVAILABLE,
-    error_class,
-    failing_copy_key,
-    key_of_failing_row,
-    lock_holders,
-    quiet_detail,
-)
+from applier.targets.pg_connections import Connections, Staged, redacted
+from applier.targets.pg_drift import FoundColumn, drift
 from applier.targets.pg_load import csv_bytes, read_batches, rows_as_arrow, staging_rows
 from applier.targets.pg_lock import advisory_run_lock
-
-
-def redacted(url: str) -> str:
-    """The connection string without its password, for messages and logs."""
-    try:
-        params = psycopg.conninfo.conninfo_to_dict(url)
-    except psycopg.Error:
-        return "<unparsable connection string>"
-    params.pop("password", None)
-    return psycopg.conninfo.make_conninfo(**{k: str(v) for k, v in params.items()})
-
-
-@dataclass
-class _Staged:
-    table: TableDef
-    stage: sql.Identifier
-    source: pa.Table | None  # the staging rows while they load; None once in staging
-    rows: int
-    truncate: bool
 
 
 class PostgresTarget:
@@ -112,69 +85,27 @@ class PostgresTarget:
         self._name = configuration_name
         self._schema_map = dict(schema_map or {})
         self._threads = threads
-        self._show_row_values = show_row_values
-        self._lock_timeout_s = lock_timeout_s
-        self._statement_timeout_s = statement_timeout_s
-        self._connections: list[psycopg.Connection[Any]] = []
+        self._db = Connections(
+            url,
+            configuration_name,
+            schema_map=self._schema_map,
+            show_row_values=show_row_values,
+            lock_timeout_s=lock_timeout_s,
+            statement_timeout_s=statement_timeout_s,
+        )
         self._row = CheckpointRow(configuration_name)
         self._collisions = collisions or Collisions()
         self.atomic_cycles = True
         self.log_order = True
 
-    # ------------------------------------------------------------------ connections
-
-    def _connection(self, i: int) -> psycopg.Connection[Any]:
-        """Load connection ``i``, opened on first use and opened again when it was closed."""
-        while len(self._connections) <= i:
-            self._connections.append(self._connect())
-        if self._connections[i].closed:
-            self._connections[i] = self._connect()
-        return self._connections[i]
-
-    def _connect(self) -> psycopg.Connection[Any]:
-        with self._errors("connect", None):
-            conn = psycopg.connect(self._url, application_name=f"applier {self._name}", autocommit=False)
-            conn.execute(
-                "SELECT set_config('lock_timeout', %s, false), set_config('statement_timeout', %s, false)",
-                [f"{round(self._lock_timeout_s * 1000)}ms", f"{round(self._statement_timeout_s * 1000)}ms"],
-            )
-            conn.commit()
-            return conn
-
     def close(self) -> None:
         """Close every connection (a broken one too)."""
-        for conn in self._connections:
-            conn.close()
-        self._connections = []
+        self._db.close()
         self._row.forget_table()  # a rolled-back transaction may have created it
 
     def run_lock(self) -> AbstractContextManager[None]:
         """The configuration's advisory run lock, on a connection of its own for the whole run (see ``pg_lock``)."""
         return advisory_run_lock(self._url, self._name, redacted(self._url))
-
-    @contextmanager
-    def _errors(self, doing: str, table: str | None, source: _Staged | None = None) -> Iterator[None]:
-        """Turn a database error into a TargetError naming the table, the key when known, and the error."""
-        try:
-            yield
-        except psycopg.Error as e:
-            where = f"table {table}: " if table else ""
-            key = None
-            if source is not None:
-                key = failing_copy_key(e, source.table, source.source)
-                key = key or key_of_failing_row(e.diag.message_detail, source.table)
-            shown = e.diag.message_detail if self._show_row_values else quiet_detail(e.diag.message_detail)
-            detail = "; ".join(x for x in (e.diag.message_primary or str(e).strip(), shown) if x)
-            at_key = f" at key {key}" if key else ""
-            if e.sqlstate == LOCK_NOT_AVAILABLE and source is not None:
-                holders = lock_holders(self._url, *q.target_name(source.table.name, self._schema_map))
-                detail += f" (lock_timeout {self._lock_timeout_s:g} s; held by {holders or 'a transaction now gone'})"
-            raise TargetError(
-                f"PostgreSQL target {redacted(self._url)}: {where}{doing}{at_key} failed: {detail}",
-                error_class=error_class(e),
-                table=table,
-                code=e.sqlstate,
-            ) from e
 
     # ------------------------------------------------------------------ reading
 
@@ -188,8 +119,8 @@ class PostgresTarget:
         return through if cycle == cycle_id - 1 else 0
 
     def _position(self) -> Position:
-        conn = self._connection(0)
-        with self._errors("read the checkpoint", None), conn.transaction():
+        conn = self._db.get(0)
+        with self._db.errors("read the checkpoint", None), conn.transaction():
             return self._row.position(conn)
 
     def highest_cycle(self, tables: Iterable[str]) -> int:
@@ -200,8 +131,8 @@ class PostgresTarget:
         """Refuse a drifted table (:mod:`~applier.targets.pg_drift`), reading every table's columns in one query."""
         if not tables:
             return
-        conn = self._connection(0)
-        with self._errors("read the target tables' columns", None), conn.transaction():
+        conn = self._db.get(0)
+        with self._db.errors("read the target tables' columns", None), conn.transaction():
             found: dict[tuple[str, str], list[FoundColumn]] = {}
             schemas = sorted({q.target_name(name, self._schema_map)[0] for name in tables})
             for schema, name, *column in conn.execute(q.ALL_COLUMNS_QUERY, [schemas]):
@@ -210,18 +141,18 @@ class PostgresTarget:
             columns = found.get(q.target_name(table.name, self._schema_map))
             problem = drift(table, columns, before_evolution=True) if columns else None
             if problem:
-                raise self._drift_error(table, problem)
+                raise pg_apply.drift_error(table, problem, self._schema_map)
 
     def saved_checkpoint(self) -> dict[str, Any] | None:
         """The copy of the Applier's checkpoint in the configuration's checkpoint row, if any."""
-        conn = self._connection(0)
-        with self._errors("read the checkpoint", None), conn.transaction():
+        conn = self._db.get(0)
+        with self._db.errors("read the checkpoint", None), conn.transaction():
             return self._row.state(conn)
 
     def save_checkpoint(self, state: Mapping[str, Any]) -> None:
         """Keep ``state`` (the checkpoint just written) in the configuration's checkpoint row."""
-        conn = self._connection(0)
-        with self._errors("keep a copy of the checkpoint", None), conn.transaction():
+        conn = self._db.get(0)
+        with self._db.errors("keep a copy of the checkpoint", None), conn.transaction():
             self._row.save_state(conn, state)
 
     def committed_cycles(self, tables: Iterable[str]) -> dict[str, int]:
@@ -233,8 +164,8 @@ class PostgresTarget:
         """The table's rows typed as the spec types map to Arrow (status, validation, tests); None when missing."""
         source_schema, name = table.split(".", 1)
         schema = self._schema_map.get(source_schema, source_schema)
-        conn = self._connection(0)
-        with self._errors("read", table), conn.transaction():
+        conn = self._db.get(0)
+        with self._db.errors("read", table), conn.transaction():
             cur = conn.execute(
                 "SELECT column_name, data_type, numeric_precision, numeric_scale FROM information_schema.columns "
                 "WHERE table_schema = %s AND table_name = %s ORDER BY ordinal_position",
@@ -248,8 +179,8 @@ class PostgresTarget:
 
     def exceptions(self, ident: int | None = None) -> list[dict[str, Any]]:
         """The transactions error actions set aside (one, by id), each with its changes (``changes_list``)."""
-        conn = self._connection(0)
-        with self._errors("read the exceptions store", None), conn.transaction():
+        conn = self._db.get(0)
+        with self._db.errors("read the exceptions store", None), conn.transaction():
             found = pg_exceptions.records(conn, self._name, ident)
             for record in found if ident is not None else ():
                 record["changes_list"] = pg_exceptions.changes(conn, record["id"])
@@ -267,15 +198,15 @@ class PostgresTarget:
         load = CycleLoad()
         try:
             staged = self._load(changes, load)
-            conn = self._connection(0)
-            with self._errors("resubmit the exception", None), conn.transaction():
+            conn = self._db.get(0)
+            with self._db.errors("resubmit the exception", None), conn.transaction():
                 done = pg_exceptions.claim(conn, self._name, ident)
                 if done is False:
                     raise TargetError(f"exception {ident} is not in the exceptions store of {self._name}")
                 if done is not None:
                     return False
                 for s in staged:
-                    with self._errors("apply", s.table.name, s):
+                    with self._db.errors("apply", s.table.name, s):
                         self._collisions.settle(s.table.name, self._apply_table(conn, s))
                 pg_exceptions.mark_resubmitted(conn, ident)
         except TargetError:
@@ -286,8 +217,8 @@ class PostgresTarget:
 
     def delete_exceptions(self, ident: int | None = None, before: str | None = None) -> int:
         """Delete exception ``ident``, or those logged before ``before`` (an ISO moment); returns how many."""
-        conn = self._connection(0)
-        with self._errors("delete from the exceptions store", None), conn.transaction():
+        conn = self._db.get(0)
+        with self._db.errors("delete from the exceptions store", None), conn.transaction():
             return pg_exceptions.delete(conn, self._name, ident, before)
 
     def table_misfit(self, table: TableDef, known: Collection[str]) -> str | None:
@@ -331,7 +262,7 @@ class PostgresTarget:
             started = time.perf_counter()
             staged = self._load(changes, load)
             loaded = time.perf_counter()
-            if not self._commit(cycle_id, staged, position, part, load):
+            if not self._commit(cycle_id, staged, position, load, part):
                 load.skipped_tables = sorted(changes)
             load.seconds = {"load": round(loaded - started, 3), "commit": round(time.perf_counter() - loaded, 3)}
         except TargetError:
@@ -340,19 +271,19 @@ class PostgresTarget:
         self._drop_staging()
         return load
 
-    def _load(self, changes: Mapping[str, TableChanges], load: CycleLoad) -> list[_Staged]:
+    def _load(self, changes: Mapping[str, TableChanges], load: CycleLoad) -> list[Staged]:
         """COPY every table into its staging table, ``threads`` tables at once, batch by batch.
 
         Each table's changes are taken (from the compiled cycle, where tables
         waiting for a connection are held under the queue-memory budget) only
         when its batch loads, and released once they are in staging.
         """
-        conn = self._connection(0)
+        conn = self._db.get(0)
         self._drop_staging()
-        with self._errors("prepare staging", None), conn.transaction():
+        with self._db.errors("prepare staging", None), conn.transaction():
             conn.execute(q.create_schema(q.STAGING_SCHEMA))
         names = sorted(changes)
-        staged: list[_Staged] = []
+        staged: list[Staged] = []
         for start in range(0, len(names), self._threads):
             batch = names[start : start + self._threads]
             load.batches.append(batch)
@@ -361,12 +292,12 @@ class PostgresTarget:
                 staged.extend(job.result() for job in jobs)
         return staged
 
-    def _stage(self, connection: int, n: int, name: str, changes: Mapping[str, TableChanges]) -> _Staged:
+    def _stage(self, connection: int, n: int, name: str, changes: Mapping[str, TableChanges]) -> Staged:
         """Load one table's changes into staging table ``n`` on load connection ``connection``."""
         try:
             table = changes[name]
             rows = staging_rows(table)
-            staged = _Staged(table.table, self._stage_name(n), rows, rows.num_rows, table.truncate)
+            staged = Staged(table.table, self._stage_name(n), rows, rows.num_rows, table.truncate)
             self._copy(connection, staged)
         finally:
             release(changes, name)
@@ -379,24 +310,24 @@ class PostgresTarget:
             raise TargetError(f"configuration name {self._name!r} is too long for PostgreSQL staging table names")
         return sql.Identifier(q.STAGING_SCHEMA, name)
 
-    def _copy(self, connection: int, staged: _Staged) -> None:
-        conn = self._connection(connection)
-        with self._errors("load into staging", staged.table.name, staged), conn.transaction():
+    def _copy(self, connection: int, staged: Staged) -> None:
+        conn = self._db.get(connection)
+        with self._db.errors("load into staging", staged.table.name, staged), conn.transaction():
             conn.execute(q.create_staging(staged.stage, staged.table))
             with conn.cursor().copy(q.copy_into(staged.stage, q.staging_columns(staged.table))) as copy:
                 for batch in read_batches(staged.source):
                     copy.write(csv_bytes(batch))
 
     def _commit(
-        self, cycle_id: int, staged: list[_Staged], position: Mapping[str, int], part: Part | None, load: CycleLoad
+        self, cycle_id: int, staged: list[Staged], position: Mapping[str, int], load: CycleLoad, part: Part | None
     ) -> bool:
         """The cycle's (or part's) one transaction; False when another run committed it meanwhile."""
-        conn = self._connection(0)
-        with self._errors("commit the cycle", None), conn.transaction():
+        conn = self._db.get(0)
+        with self._db.errors("commit the cycle", None), conn.transaction():
             if holds(self._row.position(conn, lock=True), cycle_id, part):
                 return False
             for s in staged:
-                with self._errors("apply", s.table.name, s):
+                with self._db.errors("apply", s.table.name, s):
                     found = self._apply_table(conn, s)
                 collisions.add(load.collisions, s.table.name, self._collisions.settle(s.table.name, found))
             self._row.record(conn, cycle_id, position, part)
@@ -426,18 +357,18 @@ class PostgresTarget:
         if holds(self._position(), cycle_id, part):
             load.skipped_tables = names
             return load
-        conn = self._connection(0)
+        conn = self._db.get(0)
         started = time.perf_counter()
         try:
-            with self._errors("apply in log order", None), conn.transaction():
+            with self._db.errors("apply in log order", None), conn.transaction():
                 if holds(self._row.position(conn, lock=True), cycle_id, part):
                     load.skipped_tables = names
                     return load
                 idents = {}
                 for name in names:
-                    with self._errors("prepare", name):
+                    with self._db.errors("prepare", name):
                         idents[name] = self._prepare_table(conn, tables[name])
-                statements = pg_apply.LogOrder(conn, idents, tables, self._errors)
+                statements = pg_apply.LogOrder(conn, idents, tables, self._db.errors)
                 statements.apply(rows)
                 for name, found in statements.found.items():
                     collisions.add(load.collisions, name, self._collisions.settle(name, found))
@@ -453,9 +384,9 @@ class PostgresTarget:
         self, cycle_id: int, part: Part, position: Mapping[str, int], passed: PassedTransaction
     ) -> None:
         """Move the checkpoint row past ``part``, keeping a logged transaction in ``applier_exceptions``, at once."""
-        conn = self._connection(0)
+        conn = self._db.get(0)
         try:
-            with self._errors("set a refused transaction aside", None), conn.transaction():
+            with self._db.errors("set a refused transaction aside", None), conn.transaction():
                 if holds(self._row.position(conn, lock=True), cycle_id, part):
                     return
                 if passed.logged:
@@ -465,7 +396,7 @@ class PostgresTarget:
             self.close()
             raise
 
-    def _apply_table(self, conn: psycopg.Connection[Any], s: _Staged) -> pg_apply.Found:
+    def _apply_table(self, conn: psycopg.Connection[Any], s: Staged) -> pg_apply.Found:
         """Apply one staging table set-wise (:mod:`~applier.targets.pg_apply`); the collisions it met."""
         ident = self._prepare_table(conn, s.table)
         if s.truncate:
@@ -477,42 +408,13 @@ class PostgresTarget:
         return pg_apply.apply_counted(conn, ident, s.stage, s.table)
 
     def _prepare_table(self, conn: psycopg.Connection[Any], table: TableDef) -> sql.Identifier:
-        """Create the table, or evolve it, inside the cycle's transaction; its target name."""
-        ident = q.target_table(table, self._schema_map)
-        conn.execute(q.create_schema(self._schema_map.get(table.schema_name, table.schema_name)))
-        conn.execute(q.create_table(ident, table))
-        self._evolve(conn, ident, table)
-        return ident
-
-    def _evolve(self, conn: psycopg.Connection[Any], ident: sql.Identifier, table: TableDef) -> None:
-        """Add the definition's new columns, then refuse a table that drifted (:mod:`~applier.targets.pg_drift`)."""
-        found = self._found_columns(conn, table)
-        present = {c.name for c in found}
-        added = [column for column in table.columns if column.name not in present]
-        for column in added:
-            conn.execute(q.add_column(ident, column))
-        if added:
-            found = self._found_columns(conn, table)
-        problem = drift(table, found)
-        if problem:
-            raise self._drift_error(table, problem)
-
-    def _drift_error(self, table: TableDef, problem: str) -> TargetError:
-        schema, name = q.target_name(table.name, self._schema_map)
-        return TargetError(
-            f"table {table.name}: the target table {schema}.{name} was changed so that applying to it could "
-            f"lose data ({problem}); change it back, or drop it to have it created again",
-            error_class="schema",
-        )
-
-    def _found_columns(self, conn: psycopg.Connection[Any], table: TableDef) -> list[FoundColumn]:
-        return [FoundColumn(*row) for row in conn.execute(COLUMNS_QUERY, q.target_name(table.name, self._schema_map))]
+        return pg_apply.prepare_table(conn, table, self._schema_map)
 
     def _drop_staging(self) -> None:
         """Drop this configuration's staging tables (after a commit, or left by a crash)."""
-        conn = self._connection(0)
+        conn = self._db.get(0)
         mine = re.compile(re.escape(self._name) + r"_\d+")
-        with self._errors("drop staging tables", None), conn.transaction():
+        with self._db.errors("drop staging tables", None), conn.transaction():
             cur = conn.execute("SELECT tablename FROM pg_tables WHERE schemaname = %s", [q.STAGING_SCHEMA])
             for (name,) in cur.fetchall():
                 if mine.fullmatch(name):
