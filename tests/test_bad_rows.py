@@ -259,6 +259,7 @@ def test_a_crash_between_the_parts_of_a_retry_resumes_to_the_same_state_each_tra
     summary = run(config, spark)
     assert summary.checkpoint.cycle_id == 1
     assert ids(pg_url) == ids_of(set(range(TRANSACTIONS)) - {40, 41, 700})
+    assert summary.checkpoint.row_counts == {"shop.items": (TRANSACTIONS - 3) * ROWS_EACH}  # the crashed run's too
     with psycopg.connect(pg_url) as conn:
         logged = [r[0] for r in conn.execute("SELECT xid FROM applier_exceptions ORDER BY commit_lsn")]
     assert logged == ["x40", "x41", "x700"]
@@ -317,7 +318,8 @@ def test_on_delta_a_crash_between_the_parts_of_a_retry_resumes_to_the_same_state
     with pytest.raises(Crash):
         run(config, spark)
     monkeypatch.undo()
-    run(config, spark)
+    summary = run(config, spark)
     assert delta_ids(config) == ids_of(set(range(TRANSACTIONS)) - {300, 301, 777})
+    assert summary.checkpoint.row_counts == {"shop.items": (TRANSACTIONS - 3) * ROWS_EACH}  # the crashed run's too
     kept = DeltaTarget(config.target.path, config.configuration_name).exceptions()
     assert [e["xid"] for e in kept] == ["x300", "x301", "x777"]

@@ -72,6 +72,9 @@ def test_a_good_checkpoint_and_intent_still_load(tmp_path: Path) -> None:
     assert store.load() == saved
     store.save_intent(Intent(3, [6, 7]))
     assert store.load_intent() == Intent(3, [6, 7])
+    in_parts = Intent(3, [6, 7], through=40, part_end=41, changed={"shop.items": (False, 400)}, passing=True)
+    store.save_intent(in_parts)
+    assert store.load_intent() == in_parts  # a retry's progress, with the rows its parts applied
 
 
 @pytest.mark.parametrize(
@@ -85,6 +88,8 @@ def test_a_good_checkpoint_and_intent_still_load(tmp_path: Path) -> None:
         '{"cycle_id": 2, "seqs": [3, 5]}',
         '{"cycle_id": 2, "seqs": []}',
         '{"cycle_id": 2, "seqs": ["3"]}',
+        '{"cycle_id": 2, "seqs": [3], "changed": {"shop.items": [0, 5]}}',
+        '{"cycle_id": 2, "seqs": [3], "through": 4, "passing": true}',
     ],
 )
 def test_a_damaged_intent_is_named_with_what_to_do(tmp_path: Path, text: str) -> None:

@@ -104,12 +104,21 @@ class Intent:
     are applied or passed (an error action let them by); ``part_end``, the end
     of the part under way (0: none). A re-run applies that same part first, so
     a target committing table by table sees the part it may half hold.
+
+    ``changed`` carries the row-count changes of the transactions before
+    ``through`` (per table: whether one truncated it, and the change in its
+    row count), so that a re-run's checkpoint counts the rows the parts of an
+    earlier run applied. ``passing``: the part under way is one refused
+    transaction being passed, not applied; a target found holding it (its
+    position past the part) gained no rows from it.
     """
 
     cycle_id: int
     seqs: list[int]
     through: int = 0
     part_end: int = 0
+    changed: dict[str, tuple[bool, int]] = field(default_factory=dict)
+    passing: bool = False
 
     @staticmethod
     def from_json(data: Any) -> Intent:
@@ -117,10 +126,14 @@ class Intent:
 
         Raises:
             ValueError: ``data`` is not ``{"cycle_id": n >= 1, "seqs": [pairs in order]}``,
-                with ``through`` and ``part_end`` optional whole numbers.
+                with ``through`` and ``part_end`` optional whole numbers, ``changed``
+                an optional object of ``[truncated, row-count change]`` and ``passing``
+                an optional boolean.
         """
         if not isinstance(data, dict) or not {"cycle_id", "seqs"} <= set(data) <= _INTENT_KEYS:
-            raise ValueError('it is not an object of "cycle_id" and "seqs" (and "through", "part_end")')
+            raise ValueError(
+                'it is not an object of "cycle_id" and "seqs" (and "through", "part_end", "changed", "passing")'
+            )
         cycle_id, seqs = data["cycle_id"], data["seqs"]
         if type(cycle_id) is not int or cycle_id < 1:
             raise ValueError(f"cycle_id is {cycle_id!r}, not a whole number >= 1")
@@ -131,10 +144,18 @@ class Intent:
         whole = type(through) is int and type(part_end) is int
         if not whole or through < 0 or not (part_end == 0 or part_end > through):
             raise ValueError(f"through {through!r} and part_end {part_end!r} are not a part's progress")
-        return Intent(cycle_id, seqs, through, part_end)
+        changed, passing = data.get("changed", {}), data.get("passing", False)
+        counts = isinstance(changed, dict) and all(
+            isinstance(v, list) and len(v) == 2 and type(v[0]) is bool and type(v[1]) is int for v in changed.values()
+        )
+        if not counts:
+            raise ValueError(f"changed is {changed!r}, not an object of [truncated, row-count change]")
+        if type(passing) is not bool or (passing and not part_end):
+            raise ValueError(f"passing is {passing!r} with part_end {part_end!r}: not a part being passed")
+        return Intent(cycle_id, seqs, through, part_end, {t: (v[0], v[1]) for t, v in changed.items()}, passing)
 
 
-_INTENT_KEYS = {"cycle_id", "seqs", "through", "part_end"}
+_INTENT_KEYS = {"cycle_id", "seqs", "through", "part_end", "changed", "passing"}
 
 
 def write_atomically(path: Path, data: dict[str, Any]) -> None:

@@ -85,7 +85,7 @@ def cycle_parts(context: PartContext) -> CycleParts:
         discard=lambda holder: holder.close(),
         limits=limits,
         pass_transaction=lambda part, xid, error, action: _pass(c, part, xid, error, action),
-        progress=lambda through, end: _progress(c, len(order), through, end),
+        progress=lambda through, end, changed, passing: _progress(c, len(order), through, end, changed, passing),
         describe=lambda xid: describe(c.cycle, xid),
         errors=c.config.errors,
         split=apply.retry_split,
@@ -187,8 +187,8 @@ def _compile_groups(c: PartContext, groups: Sequence[Sequence[str]]) -> list[Any
     return list(compile_committed(c.spark, cycle, taken, c.tables, c.holder, c.memory_file, c.report, groups=groups))
 
 
-def _progress(c: PartContext, total: int, through: int, part_end: int) -> None:
-    """Record how far the cycle went; nothing while it is applied whole (the checkpoint follows)."""
+def _progress(c: PartContext, total: int, through: int, part_end: int, changed: Changed, passing: bool) -> None:
+    """Record how far the cycle went, and the row counts it changed; nothing while it is applied whole."""
     if (through, part_end) in ((0, total), (total, 0)):
-        return
-    c.record_intent(Intent(c.cycle_id, c.report.seqs, through, part_end))
+        return  # the checkpoint follows
+    c.record_intent(Intent(c.cycle_id, c.report.seqs, through, part_end, dict(changed), passing))

@@ -310,7 +310,7 @@ class Applier:
                 *(report, position, self.holder, memory_file, known),
             )
             parts = cycle_parts(context)
-            changed = parts.apply_from(*self._resume_at(intent))
+            changed = parts.apply_from(*self._resume_at(intent), intent.changed)
         finally:
             if memory_file is not None:
                 memory_file.unlink(missing_ok=True)
@@ -358,9 +358,17 @@ class Applier:
         return intent
 
     def _resume_at(self, intent: Intent) -> tuple[int, int]:
-        """Where a cycle begun in parts goes on: ``(through, part_end)``, the target's answer if it is ahead."""
+        """Where a cycle begun in parts goes on: ``(through, part_end)``, the target's answer if it is ahead.
+
+        A target that holds exactly the part under way (it committed it, the
+        run died before recording so) still has that part applied again when
+        it was being applied, not passed: the target skips it, and its rows
+        are counted (``intent.changed`` holds those before it only).
+        """
         held = self.target.applied_through(intent.cycle_id)
-        return (held, 0) if held > intent.through else (intent.through, intent.part_end)
+        if held > intent.through and (held != intent.part_end or intent.passing):
+            return held, 0
+        return intent.through, intent.part_end
 
     def _commit(self, before: Checkpoint, after: Checkpoint, report: CycleReport) -> Checkpoint:
         """Record the cycle in the ledger, then write its checkpoint.

@@ -76,7 +76,9 @@ class CycleParts:
         discard: closes a holder that will not be applied (the run stopped).
         pass_transaction: moves the target past a part of one failing
             transaction that its action lets by, keeping it when it logs it.
-        progress: records ``(through, part_end)`` in the intent.
+        progress: records ``(through, part_end)`` in the intent, with the
+            row-count changes of the transactions before ``through`` and
+            whether the part under way is being passed (not applied).
         describe: names a transaction for messages (xid, commit lsn, pair).
         errors: the error actions.
         limits: the compile limits that close a group.
@@ -94,7 +96,7 @@ class CycleParts:
     apply_compiled: Callable[[Part, Any], Changed]
     discard: Callable[[Any], None]
     pass_transaction: Callable[[Part, str, TargetError, str], None]
-    progress: Callable[[int, int], None]
+    progress: Callable[[int, int, Changed, bool], None]
     describe: Callable[[str], str]
     errors: ErrorsConfig
     apply_log_order: Callable[[Part, str], Changed] | None = None
@@ -112,8 +114,12 @@ class CycleParts:
         self._index = {xid: i for i, xid in enumerate(self.order)}
         self._shapes = {t.xid: t for t in self.shapes}
 
-    def apply_from(self, through: int, part_end: int) -> Changed:
+    def apply_from(self, through: int, part_end: int, changed: Changed | None = None) -> Changed:
         """Apply the transactions from ``through`` on: first the part under way up to ``part_end``, if any.
+
+        ``changed``: the row-count changes of the transactions before
+        ``through``, as an earlier run recorded them in the intent; the
+        changes returned add those of this run's parts.
 
         The rest form groups (:func:`~applier.engine.groups.form_groups`). One
         compilable group is compiled and applied as one part (the whole cycle
@@ -125,6 +131,7 @@ class CycleParts:
             TransactionStoppedError: a failing transaction's action stops the run.
             TargetError: a transient error past its retries, or the target failed otherwise.
         """
+        self.changed = dict(changed or {})
         if part_end:
             self._run(self._range(through, part_end), self._apply)
             through = part_end
@@ -199,7 +206,7 @@ class CycleParts:
     def _apply(self, group: Group, holder: Any = None) -> None:
         """Apply ``group`` as one part: compiled now, or from ``holder`` (compiled with the other groups)."""
         part = self._part(group)
-        self.progress(part.start, part.end)
+        self.progress(part.start, part.end, self.changed, False)
         if holder is None and not group.compiled and self.apply_log_order is not None:
             changed = self.apply_log_order(part, group.txns[0].xid)
         elif holder is None:
@@ -207,7 +214,7 @@ class CycleParts:
         else:
             changed = self.apply_compiled(part, holder)
         self.changed = then(self.changed, changed)
-        self.progress(part.end, 0)
+        self.progress(part.end, 0, self.changed, False)
 
     def _settle(self, group: Group, error: Exception) -> bool:
         """Carry out the action for one transaction that failed alone; True when it stops the run."""
@@ -227,8 +234,9 @@ class CycleParts:
         if action == "stop":
             return True
         part = self._part(group)
+        self.progress(part.start, part.end, self.changed, True)  # a kill from here on: no rows to count for it
         self.pass_transaction(part, xid, error, action)
-        self.progress(part.end, 0)
+        self.progress(part.end, 0, self.changed, False)
         self.passed.append({"xid": xid, "action": action, "class": error.error_class, "table": error.table})
         (log.info if action == "ignore" else log.warning)(
             "cycle %d: %s was refused and passed (errors.actions.%s: %s): %s",
