@@ -165,7 +165,8 @@ def final_changes(source_url: str, defs: dict[str, Any]) -> dict[str, Any]:
             stats = {"I": rows.num_rows, "U": 0, "D": 0, "T": 0}
             none = rows.slice(0, 0)
             if key:
-                out[name] = TableChanges(table, False, rows, none.select(key), None, stats)
+                new = pa.repeat(pa.scalar(True), rows.num_rows)  # every key new: net inserts
+                out[name] = TableChanges(table, False, rows, none.select(key), None, stats, new)
             else:
                 counted = rows.append_column(COUNT_COLUMN, pa.repeat(pa.scalar(1, pa.int64()), rows.num_rows))
                 out[name] = TableChanges(table, False, none, none.select([]), counted, stats)

@@ -10,9 +10,11 @@ trial on tables emptied (and refilled) first and after a ``CHECKPOINT``:
 * **update + delete**: the tables hold every row; every tenth staged row is a
   delete, the others update their row (to the same values), as in a later cycle.
 
-The two forms: the target's ``pg_sql.delete_keyed`` then ``pg_sql.upsert_keyed``
-(``INSERT … ON CONFLICT DO UPDATE``), and one ``MERGE`` doing the deletes,
-updates and inserts. Both must leave the same rows.
+The forms: ``pg_sql.delete_keyed`` then ``pg_sql.upsert_keyed`` (``INSERT …
+ON CONFLICT DO UPDATE``); one ``MERGE`` doing the deletes, updates and
+inserts; and the target's (issue 13) ``pg_apply.apply_keyed``: ``DELETE``,
+``UPDATE`` of the net updates, ``INSERT`` of the net inserts whose key is
+free, whose row counts show collisions. All must leave the same rows.
 """
 
 from __future__ import annotations
@@ -29,7 +31,8 @@ from bench.pg_server import fingerprints
 from bench.workload import latest_table_defs
 
 SCENARIOS = ("insert", "update + delete")
-FORMS = ("INSERT … ON CONFLICT", "MERGE")
+COUNTED = "DELETE, UPDATE, INSERT (counted)"
+FORMS = ("INSERT … ON CONFLICT", "MERGE", COUNTED)
 DELETE_EVERY = 10
 
 
@@ -39,6 +42,8 @@ def form_statements(form: str, ident: sql.Identifier, stage_ident: sql.Identifie
 
     if form == "MERGE":
         return [q.merge_keyed(ident, stage_ident, table)]
+    if form == COUNTED:
+        return []  # its statements depend on their row counts: pg_apply.apply_keyed
     return [q.delete_keyed(ident, stage_ident, table), q.upsert_keyed(ident, stage_ident, table)]
 
 
@@ -53,7 +58,7 @@ def with_deletes(net: Any, every: int = DELETE_EVERY) -> Any:
     gone = np.arange(rows.num_rows) % every == every - 1
     upserts, deletes = rows.filter(pa.array(~gone)), rows.filter(pa.array(gone)).select(list(net.table.primary_key))
     stats = {"I": 0, "U": upserts.num_rows, "D": deletes.num_rows, "T": 0}
-    return TableChanges(net.table, False, upserts, deletes, None, stats)
+    return TableChanges(net.table, False, upserts, deletes, None, stats, pa.repeat(pa.scalar(False), upserts.num_rows))
 
 
 def _reset(conn: Any, changes: dict[str, Any], staged: dict[str, Any], filled: bool) -> None:
@@ -71,6 +76,7 @@ def _reset(conn: Any, changes: dict[str, Any], staged: dict[str, Any], filled: b
 
 def _trial(conn: Any, form: str, changes: dict[str, Any], staged: dict[str, Any]) -> dict[str, Any]:
     """One form applying every table's staging table in one transaction; seconds per table and in all."""
+    from applier.targets import pg_apply
     from applier.targets import pg_sql as q
 
     per_table: dict[str, float] = {}
@@ -78,7 +84,10 @@ def _trial(conn: Any, form: str, changes: dict[str, Any], staged: dict[str, Any]
     with conn.transaction():
         for name, net in changes.items():
             t = time.perf_counter()
-            for statement in form_statements(form, q.target_table(net.table, {}), staged[name]["stage"], net.table):
+            ident, stage_ident = q.target_table(net.table, {}), staged[name]["stage"]
+            if form == COUNTED:
+                pg_apply.apply_keyed(conn, ident, stage_ident, net.table)
+            for statement in form_statements(form, ident, stage_ident, net.table):
                 conn.execute(statement)
             per_table[name] = time.perf_counter() - t
     return {"seconds": time.perf_counter() - started, "per_table_s": per_table}

@@ -305,7 +305,7 @@ def _parts(r: dict[str, Any], add: Add) -> None:
         "pertxn": "per-transaction Delta commits",
         "small": "small cycles",
         "pg-limit": "calibrated limit (PostgreSQL)",
-        "pg-forms": "MERGE or ON CONFLICT",
+        "pg-forms": "MERGE, ON CONFLICT or counted statements",
         "pg-pertxn": "per-transaction (PostgreSQL)",
         "pg-rowbyrow": "log-order row-by-row",
     }

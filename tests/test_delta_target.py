@@ -21,6 +21,7 @@ from applier.engine.changes import COUNT_COLUMN, TableChanges, arrow_schema, rem
 from applier.errors import ConfigError, TargetError
 from applier.intermediate.schema import Column, TableDef
 from applier.targets import Part, open_target
+from applier.targets.collisions import Collisions
 from applier.targets.delta import DeltaTarget
 
 APP = "demo"
@@ -241,14 +242,26 @@ def test_no_key_table_deletes_exactly_the_copies_asked_null_and_nan_safe(tmp_pat
     ], key=repr)  # fmt: skip
 
 
-def test_no_key_table_refuses_to_delete_more_copies_than_it_holds(tmp_path: Path) -> None:
+def test_no_key_table_counts_copies_to_delete_that_it_does_not_hold_as_collisions(tmp_path: Path) -> None:
     target = DeltaTarget(tmp_path, APP)
-    target.apply(1, counted(NOKEY, [({"msg": "a", "x": None, "amount": None}, 1)]))
-    with pytest.raises(TargetError, match=r"app\.log: 1 of the 2 row copies to delete are not in the table"):
-        target.apply(2, counted(NOKEY, [({"msg": "a", "x": None, "amount": None}, -2)]))
-    assert target.committed_cycle("app.log") == 1 and rows_of(target, "app.log") == [
-        {"msg": "a", "x": None, "amount": None}
-    ]
+    row = {"msg": "a", "x": None, "amount": None}
+    target.apply(1, counted(NOKEY, [(row, 1)]))
+    assert target.apply_one(2, counted(NOKEY, [(row, -2)])) == (True, 2, {"delete": 1})
+    assert rows_of(target, "app.log") == []
+    with pytest.raises(ConfigError, match=r"errors\.actions\.collision.*cannot refuse them"):
+        DeltaTarget(tmp_path, APP, collisions=Collisions(refuse=True, action="stop"))
+
+
+def test_a_merge_counts_deletes_that_found_nothing_and_the_balance_of_inserts(tmp_path: Path) -> None:
+    target = DeltaTarget(tmp_path, APP)
+    orders = table_def("sales.items", [("id", "bigint", False), ("qty", "int", True)], ("id",))
+    target.apply(1, keyed(orders, [{"id": 1, "qty": 1}, {"id": 2, "qty": 2}]))
+    change = keyed(orders, [{"id": 2, "qty": 20}, {"id": 3, "qty": 30}], [{"id": 1}, {"id": 9}])
+    held_insert = replace(change, new=pa.array([True, False]))  # 2 is held; 3 is an update that finds nothing
+    assert target.apply_one(2, held_insert) == (True, 2, {"delete": 1})  # the two upsert collisions cancel out
+    lone = replace(keyed(orders, [{"id": 3, "qty": 31}]), new=pa.array([True]))  # 3 is held now
+    assert target.apply_one(3, lone) == (True, 3, {"insert": 1})
+    assert sorted(r["qty"] for r in rows_of(target, "sales.items")) == [20, 31]
 
 
 def test_no_key_deletes_rewrite_only_the_files_holding_the_copies(tmp_path: Path) -> None:
@@ -368,10 +381,9 @@ def test_a_new_table_is_created_by_its_first_data_commit_with_the_definitions_sc
     assert table.version() == 0 and table.transaction_version(APP) == 4 and target.committed_cycle("sales.orders") == 4
     assert [f.nullable for f in table.schema().fields] == [False, False, False, True, True]
     assert table.metadata().name == "sales.orders"
-    # A keyless table's first change may not delete: the table holds nothing yet, and none is created.
-    with pytest.raises(TargetError, match=r"app\.log: deletes 2 row copies from a table not yet created"):
-        target.apply(4, counted(NOKEY, [({"msg": "a", "x": None, "amount": None}, -2)]))
-    assert target.read_arrow("app.log") is None
+    # A keyless table's first change deletes what it cannot hold: collisions; the table is created empty.
+    assert target.apply_one(4, counted(NOKEY, [({"msg": "a", "x": None, "amount": None}, -2)]))[2] == {"delete": 2}
+    assert rows_of(target, "app.log") == []
 
 
 def test_key_repeated_in_the_changes_is_refused_before_writing(tmp_path: Path) -> None:
@@ -418,14 +430,14 @@ def test_parts_of_a_cycle_are_tagged_with_their_end_and_each_applies_once(tmp_pa
     target = DeltaTarget(tmp_path, APP)
     events = table_def("app.events", [("what", "string", True)])
     first, last = Part(0, 3, 5), Part(3, 5, 5)
-    assert target.apply_one(2, counted(events, [({"what": "a"}, 1)]), first) == (True, 2)
+    assert target.apply_one(2, counted(events, [({"what": "a"}, 1)]), first) == (True, 2, {})
     assert DeltaTable(str(tmp_path / "app" / "events")).history(1)[0]["applier.through"] == "3"
-    assert target.apply_one(2, counted(events, [({"what": "a"}, 1)]), first) == (False, 2)  # a re-run
+    assert target.apply_one(2, counted(events, [({"what": "a"}, 1)]), first) == (False, 2, {})  # a re-run
     with pytest.raises(TargetError, match="holds only its first 3 transactions"):
         target.apply_one(2, counted(events, [({"what": "a"}, 1)]))  # whole, over a part: the parts were lost
-    assert target.apply_one(2, counted(events, [({"what": "b"}, 1)]), last) == (True, 2)
+    assert target.apply_one(2, counted(events, [({"what": "b"}, 1)]), last) == (True, 2, {})
     assert "applier.through" not in DeltaTable(str(tmp_path / "app" / "events")).history(1)[0]  # the cycle is whole
-    assert target.apply_one(2, counted(events, [({"what": "b"}, 1)]), last) == (False, 2)
-    assert target.apply_one(2, counted(events, [({"what": "c"}, 1)]), first) == (False, 2)
+    assert target.apply_one(2, counted(events, [({"what": "b"}, 1)]), last) == (False, 2, {})
+    assert target.apply_one(2, counted(events, [({"what": "c"}, 1)]), first) == (False, 2, {})
     assert sorted(r["what"] for r in rows_of(target, "app.events")) == ["a", "b"]
     assert target.committed_cycle("app.events") == 2 and target.applied_through(2) == 0

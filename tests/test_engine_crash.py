@@ -67,14 +67,14 @@ class CrashingTarget:
     def save_checkpoint(self, state: Any) -> None:
         self.real.save_checkpoint(state)
 
-    def apply_one(self, cycle_id: int, changes: TableChanges, part: Any = None) -> tuple[bool, int]:
-        applied, held = self.real.apply_one(cycle_id, changes, part)
+    def apply_one(self, cycle_id: int, changes: TableChanges, part: Any = None) -> tuple[bool, int, dict[str, int]]:
+        applied, held, found = self.real.apply_one(cycle_id, changes, part)
         if not applied:
-            return applied, held
+            return applied, held, found
         self.applied += 1
         if self.applied == self.after:
             raise Crash
-        return applied, held
+        return applied, held, found
 
     def apply_cycle(
         self, cycle_id: int, changes: Mapping[str, TableChanges], position: Mapping[str, int], part: Any = None

@@ -17,6 +17,7 @@ import pyarrow as pa
 import pytest
 
 from applier.engine.changes import TableChanges
+from applier.engine.parts import log_changes
 from applier.errors import TargetError
 from applier.targets import Part
 from applier.targets.collisions import Collisions, describe
@@ -134,7 +135,7 @@ def test_log_order_applies_every_change_as_a_statement_in_source_order(pg_url: s
     load = t.apply_log_order(1, Part(0, 1, 2), {}, txn, tables)
     assert load.collisions == {}
     assert load.statements == {ITEMS.name: {"I": 2, "U": 1, "D": 1}, EVENTS.name: {"I": 2, "D": 1}}
-    assert load.changed == {ITEMS.name: (False, 1), EVENTS.name: (False, 1)}
+    assert log_changes(txn) == {ITEMS.name: (False, 1), EVENTS.name: (False, 1)}
     assert rows(pg_url, "shop.items", "id") == [(5, 2, "moved")]
     assert rows(pg_url, "shop.events", "kind") == [("k", 1.5)]
     assert t.applied_through(1) == 1
@@ -175,3 +176,14 @@ def test_log_order_refuses_a_bad_row_naming_the_table_and_applies_nothing(pg_url
     assert refused.value.error_class == "check"
     assert rows(pg_url, "shop.items", "id") == [(1, 1, None)]
     assert t.applied_through(2) == 0
+
+
+def test_the_row_counts_of_a_log_order_transaction_are_what_its_log_says() -> None:
+    txn = changes(
+        (1, "shop.items", "I", None, "{}"),
+        (2, "shop.items", "T", None, None),
+        (3, "shop.items", "I", None, "{}"),
+        (4, "shop.events", "D", "{}", None),
+        (5, "shop.events", "U", "{}", "{}"),
+    )
+    assert log_changes(txn) == {ITEMS.name: (True, 1), EVENTS.name: (False, -1)}

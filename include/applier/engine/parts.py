@@ -14,6 +14,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import pyarrow as pa
+
 from applier.advise.arithmetic import expanded_row_size
 from applier.config import Config
 from applier.engine.buffers import BufferedTxn
@@ -161,7 +163,22 @@ def _apply_log_order(c: PartContext, part: Part, xid: str) -> Changed:
         net = c.report.net_rows.setdefault(table, {})
         for op, n in ops.items():
             net[op] = net.get(op, 0) + n
-    return dict(load.changed)
+    return log_changes(rows)
+
+
+def log_changes(rows: pa.Table) -> Changed:
+    """Per table, whether ``rows`` (one transaction's, in lsn order) truncate it, and the row-count change they log.
+
+    What the log says, as a compiled part counts it, whether or not the target
+    held what it said (a collision) and whether or not the target applied the
+    part now or in an earlier run.
+    """
+    changed: Changed = {}
+    ordered = rows.sort_by("lsn")
+    for table, op in zip(ordered.column("table").to_pylist(), ordered.column("op").to_pylist(), strict=True):
+        truncated, delta = changed.get(table, (False, 0))
+        changed[table] = (True, 0) if op == "T" else (truncated, delta + {"I": 1, "D": -1}.get(op, 0))
+    return changed
 
 
 def _pass(c: PartContext, part: Part, xid: str, error: TargetError, action: str) -> None:

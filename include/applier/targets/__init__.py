@@ -123,7 +123,6 @@ class CycleLoad:
         collisions: per table, the collisions counted per kind
             (:mod:`~applier.targets.collisions`).
         statements: a transaction applied in log order: per table, its statements per op.
-        changed: the same: per table, whether it was truncated and the change in its row count.
     """
 
     skipped_tables: list[str] = field(default_factory=list)
@@ -135,7 +134,6 @@ class CycleLoad:
     held: dict[str, int] = field(default_factory=dict)
     collisions: dict[str, dict[str, int]] = field(default_factory=dict)
     statements: dict[str, dict[str, int]] = field(default_factory=dict)
-    changed: dict[str, tuple[bool, int]] = field(default_factory=dict)
 
 
 class Target(Protocol):
@@ -323,14 +321,20 @@ def open_target(config: Config) -> Target:
     Raises:
         ConfigError: the target type is unknown or its settings are missing.
     """
+    from applier.targets.collisions import Collisions
+
     if config.target.type == "delta":
         from applier.targets.delta import DeltaTarget
 
         if config.target.path is None:
             raise ConfigError("target.path", None, "a folder is required for target.type delta")
-        return DeltaTarget(config.target.path, config.configuration_name, threads=config.apply.threads)
+        return DeltaTarget(
+            config.target.path,
+            config.configuration_name,
+            threads=config.apply.threads,
+            collisions=Collisions.of(config),
+        )
     if config.target.type == "postgres":
-        from applier.targets.collisions import Collisions
         from applier.targets.postgres import PostgresTarget
 
         if config.target.url is None:

@@ -51,9 +51,10 @@ from applier.engine.changes import (
 )
 from applier.engine.checkpoint import write_atomically
 from applier.engine.compiled import release
-from applier.errors import TargetError
+from applier.errors import ConfigError, TargetError
 from applier.intermediate.schema import SchemaError, TableDef, check_table_name
 from applier.targets import CycleLoad, Part, PassedTransaction, holds_part
+from applier.targets.collisions import Collisions
 from applier.targets.delta_check import constraints_of, refused_constraints, rows_to_check
 from applier.targets.delta_errors import open_table as _open
 from applier.targets.delta_errors import target_errors as _target_errors
@@ -75,9 +76,19 @@ class DeltaTarget:
         root: the folder holding ``<schema>/<table>`` Delta tables (``target.path``).
         app_id: the app id of the app transactions (the configuration name).
         threads: tables committed at once by :meth:`apply_cycle`.
+        collisions: what a collision does: counted
+            (:func:`~applier.targets.delta_write.merge_collisions`), never refused.
     """
 
-    def __init__(self, root: Path, app_id: str, *, threads: int = 4) -> None:
+    def __init__(self, root: Path, app_id: str, *, threads: int = 4, collisions: Collisions | None = None) -> None:
+        if collisions is not None and collisions.refuse:
+            raise ConfigError(
+                "errors.actions.collision",
+                collisions.action,
+                "the Delta target sees collisions in its MERGE's metrics, once the table committed: it counts "
+                "them (warn or ignore) but cannot refuse them",
+            )
+        self.collisions = collisions or Collisions()
         self.root = Path(root).resolve()
         self.app_id = app_id
         self.threads = threads
@@ -285,7 +296,9 @@ class DeltaTarget:
         """:meth:`apply_one`, answering only whether the changes were applied (False: skipped)."""
         return self.apply_one(cycle_id, changes)[0]
 
-    def apply_one(self, cycle_id: int, changes: TableChanges, part: Part | None = None) -> tuple[bool, int]:
+    def apply_one(
+        self, cycle_id: int, changes: TableChanges, part: Part | None = None
+    ) -> tuple[bool, int, dict[str, int]]:
         """Apply one table's net changes of a cycle in one commit tagged with the cycle.
 
         A table seen first is created by that commit (or empty, when the
@@ -303,9 +316,10 @@ class DeltaTarget:
 
         Returns:
             Whether the changes were applied (False: the table already held
-            the cycle), and the cycle the table holds afterwards, as
+            the cycle); the cycle the table holds afterwards, as
             :meth:`committed_cycle` would read it: ``cycle_id`` after a
-            commit, the cycle it held before when nothing was written.
+            commit, the cycle it held before when nothing was written; and
+            the collisions counted, per kind.
 
         Raises:
             TargetError: delta-rs failed (naming the table), the table's columns
@@ -325,19 +339,21 @@ class DeltaTarget:
             done, through = (0, None) if current is None else self._held(name, path, current)
             if holds_part(done, through, cycle_id, part):
                 log.info("table %s: cycle %d already committed (cycle %d on record); skipped", name, cycle_id, done)
-                return False, done
+                return False, done, {}
             empty = is_empty(changes)
             table = prepared(path, changes.table, current) if current is not None or empty else None
             if empty:
-                return True, done
+                return True, done, {}
             tags = commit_tags(self.app_id, cycle_id, None if part is None or part.final else part.end)
             props = CommitProperties(app_transactions=[Transaction(self.app_id, cycle_id)], custom_metadata=tags)
-            if changes.counted is None:
-                apply_keyed(table, path, changes, props)
-            else:
-                apply_counted(table, path, changes, props)
+            found: dict[str, int] = {}
+
+            def settle(met: dict[str, int]) -> None:
+                found.update(self.collisions.settle(name, met))
+
+            (apply_keyed if changes.counted is None else apply_counted)(table, path, changes, props, settle)
             log.debug("table %s: cycle %d committed, net %s", name, cycle_id, changes.stats)
-            return True, cycle_id
+            return True, cycle_id, found
 
     def read_arrow(self, table: str) -> pa.Table | None:
         """The table's current contents.

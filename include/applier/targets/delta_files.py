@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 import time
 import uuid
+from collections.abc import Callable
 from pathlib import Path
 from urllib.parse import unquote
 
@@ -25,7 +26,6 @@ from deltalake import CommitProperties, DeltaTable
 from deltalake.transaction import AddAction, RemoveAction
 
 from applier.engine.changes import COUNT_COLUMN, take_copies, typed
-from applier.errors import TargetError
 
 
 def _now_ms() -> int:
@@ -50,6 +50,7 @@ def rewrite_copies(
     removals: pa.Table,
     inserts: pa.Table,
     props: CommitProperties,
+    missing: Callable[[int], None],
 ) -> int:
     """Delete ``-__count`` copies of each value of ``removals`` and add ``inserts``, in one commit.
 
@@ -61,16 +62,14 @@ def rewrite_copies(
         removals: row values plus ``__count`` (negative).
         inserts: the copies to insert, typed as ``schema``.
         props: the commit's properties (the cycle's app transaction and tags).
+        missing: told, before the commit, how many copies to delete the table
+            does not hold (collisions) when there are some; it may raise to
+            commit nothing.
 
     Returns:
         How many data files were rewritten.
-
-    Raises:
-        TargetError: the table holds fewer copies of a value than are to be
-            deleted (nothing is committed).
     """
     remaining = (-removals.column(COUNT_COLUMN).to_numpy()).astype(np.int64)
-    total = int(remaining.sum())
     actions: list[AddAction | RemoveAction] = []
     written: list[Path] = []
     rewritten = 0
@@ -94,10 +93,7 @@ def rewrite_copies(
             if kept.num_rows:
                 actions.append(_add(root, kept, written))
         if remaining.any():
-            raise TargetError(
-                f"table {name}: {int(remaining.sum())} of the {total} row copies to delete are not in the table "
-                "(the table no longer holds what the log deletes)"
-            )
+            missing(int(remaining.sum()))
         if inserts.num_rows:
             actions.append(_add(root, inserts, written))
         if actions:

@@ -44,6 +44,7 @@ from deltalake import CommitProperties, DeltaTable, Transaction
 from applier.engine.changes import TableChanges
 from applier.engine.compiled import release
 from applier.errors import TargetError
+from applier.targets.collisions import describe
 from applier.targets.delta_check import constraints_of, refused_constraints, rows_to_check
 from applier.targets.delta_errors import open_table, target_errors
 from applier.targets.delta_exceptions import mark, records, store_path
@@ -159,8 +160,10 @@ def commit_table(target: DeltaTarget, ident: int, changes: TableChanges, props: 
         table = prepared(path, changes.table, current) if current is not None or empty else None
         if empty:
             return
-        if changes.counted is None:
-            apply_keyed(table, path, changes, props)
-        else:
-            apply_counted(table, path, changes, props)
+
+        def settle(met: dict[str, int]) -> None:
+            if counted := target.collisions.settle(name, met):
+                log.warning("table %s: exception %d: %s; applied as upserts", name, ident, describe(counted))
+
+        (apply_keyed if changes.counted is None else apply_counted)(table, path, changes, props, settle)
         log.info("table %s: exception %d committed, net %s", name, ident, changes.stats)

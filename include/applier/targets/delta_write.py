@@ -10,8 +10,9 @@ holding copies to delete. A table seen first is created by its first rows.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
+from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -21,6 +22,9 @@ from applier.engine.changes import COUNT_COLUMN, TableChanges, arrow_schema, exp
 from applier.errors import TargetError
 from applier.intermediate.schema import TableDef
 from applier.targets.delta_files import rewrite_copies
+
+Settle = Callable[[dict[str, int]], None]
+"""Told a table's collisions per kind (:mod:`~applier.targets.collisions`); may raise to refuse them."""
 
 
 def create(path: Path, name: str, rows: pa.Table, schema: pa.Schema, props: CommitProperties) -> None:
@@ -33,11 +37,15 @@ def create(path: Path, name: str, rows: pa.Table, schema: pa.Schema, props: Comm
     write_deltalake(str(path), rows, mode="error", name=name, commit_properties=props)
 
 
-def apply_keyed(table: DeltaTable | None, path: Path, changes: TableChanges, props: CommitProperties) -> None:
+def apply_keyed(
+    table: DeltaTable | None, path: Path, changes: TableChanges, props: CommitProperties, settle: Settle
+) -> None:
     """One MERGE on the primary key, or after a truncate one overwrite with the upserts.
 
     After a truncate every key is new, so ``deletes`` has nothing to act on;
     nor has it on a table not yet created (``table`` None), which the upserts create.
+    The MERGE's metrics tell ``settle`` the collisions (after the commit: see
+    :func:`merge_collisions`).
     """
     schema = arrow_schema(changes.table)
     upserts = typed(changes.upserts, schema)
@@ -56,22 +64,43 @@ def apply_keyed(table: DeltaTable | None, path: Path, changes: TableChanges, pro
     on = " AND ".join(f"t.{quote(k)} = s.{quote(k)}" for k in changes.table.primary_key)
     columns = {quote(c): f"s.{quote(c)}" for c in schema.names}
     is_delete = f"s.{quote(marker)}"
-    (
+    metrics = (
         table.merge(source, on, source_alias="s", target_alias="t", commit_properties=props)
         .when_matched_delete(is_delete)
         .when_matched_update(columns, f"NOT {is_delete}")
         .when_not_matched_insert(columns, f"NOT {is_delete}")
         .execute()
     )
+    settle(merge_collisions(changes, metrics))
 
 
-def apply_counted(table: DeltaTable | None, path: Path, changes: TableChanges, props: CommitProperties) -> None:
+def merge_collisions(changes: TableChanges, metrics: Mapping[str, Any]) -> dict[str, int]:
+    """The collisions a MERGE's metrics show: deletes exactly; inserts and updates by their difference.
+
+    A delete that found no row deleted nothing. An upsert is updated or
+    inserted whichever the table held, so the metrics give only how many more
+    (or fewer) rows were inserted than the log's net inserts: an insert whose
+    key was held and an update that found no row, in one table and cycle,
+    cancel out. A MERGE cannot tell more; the PostgreSQL target counts each.
+    """
+    found = {"delete": changes.deletes.num_rows - int(metrics.get("num_target_rows_deleted", 0))}
+    if changes.new is not None:
+        extra = int(metrics.get("num_target_rows_inserted", 0)) - int(pc.sum(changes.new).as_py() or 0)
+        found["update" if extra > 0 else "insert"] = abs(extra)
+    return {kind: n for kind, n in found.items() if n}
+
+
+def apply_counted(
+    table: DeltaTable | None, path: Path, changes: TableChanges, props: CommitProperties, settle: Settle
+) -> None:
     """Insert and delete copies of row values in one commit.
 
     Inserts alone are appended. Deletes rewrite only the data files holding
     the copies to delete, one file in memory at a time
     (:func:`~applier.targets.delta_files.rewrite_copies`): rows carry no
-    identity, so a merge could not delete "n of the m equal rows".
+    identity, so a merge could not delete "n of the m equal rows". Copies to
+    delete that the table does not hold are collisions, told to ``settle``
+    before anything commits.
     """
     assert changes.counted is not None
     name = changes.table.name
@@ -80,9 +109,7 @@ def apply_counted(table: DeltaTable | None, path: Path, changes: TableChanges, p
     inserts = expand_copies(changes.counted.filter(pc.greater(count, 0)), schema)
     removals = changes.counted.filter(pc.less(count, 0))
     if (changes.truncate or table is None) and removals.num_rows:
-        copies = -int(pc.sum(removals.column(COUNT_COLUMN)).as_py())
-        where = "after emptying the table" if changes.truncate else "from a table not yet created"
-        raise TargetError(f"table {name}: deletes {copies} row copies {where} (the table does not hold them)")
+        settle({"delete": -int(pc.sum(removals.column(COUNT_COLUMN)).as_py())})  # nothing there to delete
     if table is None:
         create(path, name, inserts, schema, props)
     elif changes.truncate:
@@ -90,7 +117,7 @@ def apply_counted(table: DeltaTable | None, path: Path, changes: TableChanges, p
     elif removals.num_rows == 0:
         write_deltalake(str(path), inserts, mode="append", commit_properties=props)
     else:
-        rewrite_copies(table, path, name, schema, removals, inserts, props)
+        rewrite_copies(table, path, name, schema, removals, inserts, props, lambda n: settle({"delete": n}))
 
 
 # Pure transformations: Arrow in, Arrow out.

@@ -16,10 +16,13 @@ class PerTableTarget(Protocol):
     """Applies one table's changes in one commit.
 
     ``apply_one`` returns whether it applied them (False: the table already
-    held the cycle) and the cycle the table's state holds afterwards.
+    held the cycle), the cycle the table's state holds afterwards and the
+    collisions it counted, per kind.
     """
 
-    def apply_one(self, cycle_id: int, changes: TableChanges, part: Part | None = None) -> tuple[bool, int]: ...
+    def apply_one(
+        self, cycle_id: int, changes: TableChanges, part: Part | None = None
+    ) -> tuple[bool, int, dict[str, int]]: ...
 
 
 def apply_tables(
@@ -34,18 +37,20 @@ def apply_tables(
     """
     load = CycleLoad()
 
-    def one(name: str) -> tuple[str, bool, int, float]:
+    def one(name: str) -> tuple[str, bool, int, dict[str, int], float]:
         started = time.perf_counter()
         try:
-            applied, held = target.apply_one(cycle_id, changes[name], part)
+            applied, held, found = target.apply_one(cycle_id, changes[name], part)
         finally:
             release(changes, name)
-        return name, applied, held, time.perf_counter() - started
+        return name, applied, held, found, time.perf_counter() - started
 
     with ThreadPoolExecutor(max_workers=max(1, threads)) as pool:
-        for name, applied, held, seconds in pool.map(one, sorted(changes)):
+        for name, applied, held, found, seconds in pool.map(one, sorted(changes)):
             if not applied:
                 load.skipped_tables.append(name)
+            if found:
+                load.collisions[name] = found
             load.held[name] = held
             load.table_seconds[name] = {"apply": round(seconds, 3)}
     return load

@@ -127,7 +127,6 @@ class LogOrder:
     ) -> None:
         self._conn, self._idents, self._tables, self._errors = conn, idents, tables, errors
         self.found: dict[str, Found] = {}
-        self.changed: dict[str, tuple[bool, int]] = {}
         self.statements: dict[str, dict[str, int]] = {}
 
     def apply(self, rows: pa.Table) -> None:
@@ -145,25 +144,15 @@ class LogOrder:
         table, ident = self._tables[name], self._idents[name]
         counts = self.statements.setdefault(name, {})
         counts[op] = counts.get(op, 0) + 1
-        truncated, delta = self.changed.get(name, (False, 0))
         if op == "T":
             self._conn.execute(q.truncate(ident))
-            self.changed[name] = (True, 0)
             return
         if op in ("U", "D"):
-            old = _values(table, before)
             new = _values(table, after) if op == "U" else None
-            if self._remove(table, ident, old, new):
+            if self._remove(table, ident, _values(table, before), new):
                 self._count(name, "update" if op == "U" else "delete")
-                delta += 1 if new is not None and table.primary_key else 0  # the update inserts its row
-            elif new is None or not table.primary_key:
-                delta -= 1
-        if op == "I" or (op == "U" and not table.primary_key):
-            if self._insert(table, ident, _values(table, after)):
-                self._count(name, "insert")
-            else:
-                delta += 1
-        self.changed[name] = (truncated, delta)
+        if (op == "I" or (op == "U" and not table.primary_key)) and self._insert(table, ident, _values(table, after)):
+            self._count(name, "insert")
 
     def _remove(self, table: TableDef, ident: sql.Identifier, old: dict[str, Any], new: dict[str, Any] | None) -> bool:
         """Delete the row ``old`` names, or (keyed, ``new`` given) update it to ``new``; True when there was none.

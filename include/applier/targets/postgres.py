@@ -348,7 +348,7 @@ class PostgresTarget:
             tables: the definitions of (at least) the tables they change.
 
         Returns:
-            ``collisions`` met, ``statements`` per table and op, ``changed`` per table.
+            ``collisions`` met and ``statements`` per table and op.
         """
         load = CycleLoad()
         names = sorted(set(rows.column("table").to_pylist()))
@@ -376,7 +376,7 @@ class PostgresTarget:
         except TargetError:
             self.close()
             raise
-        load.statements, load.changed = statements.statements, statements.changed
+        load.statements = statements.statements
         load.seconds = {"commit": round(time.perf_counter() - started, 3)}
         return load
 
