@@ -232,6 +232,7 @@ def copy_and_apply(source_url: str, url: str, defs: dict[str, Any]) -> dict[str,
     """
     import psycopg
 
+    from applier.targets import pg_apply
     from applier.targets import pg_sql as q
 
     read_started = time.perf_counter()
@@ -243,9 +244,10 @@ def copy_and_apply(source_url: str, url: str, defs: dict[str, Any]) -> dict[str,
             for name, net in changes.items():
                 started = time.perf_counter()
                 ident, stage_ident = q.target_table(net.table, {}), staged[name]["stage"]
-                conn.execute(
-                    (q.merge_keyed if net.table.primary_key else q.insert_copies)(ident, stage_ident, net.table)
-                )
+                if net.table.primary_key:  # the target's set-wise statements
+                    pg_apply.apply_keyed(conn, ident, stage_ident, net.table)
+                else:
+                    conn.execute(q.insert_copies(ident, stage_ident, net.table))
                 staged[name]["apply_s"] = time.perf_counter() - started
             committing = time.perf_counter()
         commit_s = time.perf_counter() - committing

@@ -187,3 +187,17 @@ def test_the_row_counts_of_a_log_order_transaction_are_what_its_log_says() -> No
         (5, "shop.events", "U", "{}", "{}"),
     )
     assert log_changes(txn) == {ITEMS.name: (True, 1), EVENTS.name: (False, -1)}
+
+
+def test_a_keyed_table_made_by_hand_without_a_key_index_is_refused_before_it_is_written(pg_url: str) -> None:
+    with psycopg.connect(pg_url) as conn:
+        conn.execute("CREATE SCHEMA shop")
+        conn.execute("CREATE TABLE shop.items (id bigint NOT NULL, qty integer, note text)")
+    t = PostgresTarget(pg_url, "demo")
+    with pytest.raises(TargetError, match=r"shop\.items.*no primary key or unique index on \(id\)") as refused:
+        t.apply_cycle(1, {ITEMS.name: keyed(ITEMS, [{"id": 1}])}, {})
+    assert refused.value.error_class == "schema"
+    with psycopg.connect(pg_url) as conn:
+        conn.execute("CREATE UNIQUE INDEX ON shop.items (id)")  # a unique index serves as well as a key
+    assert t.apply_cycle(1, {ITEMS.name: with_new(keyed(ITEMS, [{"id": 1}]), [True])}, {}).collisions == {}
+    assert rows(pg_url, "shop.items", "id") == [(1, None, None)]

@@ -74,9 +74,8 @@ def test_sql_quotes_every_identifier() -> None:
         'WHERE s."__op" = \'U\' AND "t"."a""b" = "s"."a""b"'
     )
     assert pg_sql.insert_missing(ident, stage, weird, "I").as_string(None) == (
-        'INSERT INTO "replica"."t""x" ("a""b", "select") SELECT "s"."a""b", "s"."select" '
-        'FROM "applier_staging"."demo_0" AS s WHERE s."__op" = \'I\' '
-        'AND NOT EXISTS (SELECT FROM "replica"."t""x" AS t WHERE "t"."a""b" = "s"."a""b")'
+        'INSERT INTO "replica"."t""x" ("a""b", "select") SELECT "a""b", "select" FROM "applier_staging"."demo_0" '
+        'WHERE "__op" = \'I\' ON CONFLICT ("a""b") DO NOTHING'
     )
 
 

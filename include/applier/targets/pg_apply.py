@@ -60,7 +60,15 @@ def prepare_table(conn: psycopg.Connection[Any], table: TableDef, schema_map: Ma
     problem = drift(table, found)
     if problem:
         raise drift_error(table, problem, schema_map)
+    if table.primary_key and not _has_key_index(conn, ident, table):
+        keys = ", ".join(table.primary_key)
+        raise drift_error(table, f"no primary key or unique index on ({keys}), which applying by key needs", schema_map)
     return ident
+
+
+def _has_key_index(conn: psycopg.Connection[Any], ident: sql.Identifier, table: TableDef) -> bool:
+    row = conn.execute(q.has_key_index(), [ident.as_string(conn), sorted(table.primary_key)]).fetchone()
+    return bool(row and row[0])
 
 
 def drift_error(table: TableDef, problem: str, schema_map: Mapping[str, str]) -> TargetError:
@@ -177,10 +185,9 @@ class LogOrder:
         if not table.primary_key:
             self._conn.execute(_insert(ident, table, keyed=False), values)
             return False
-        key = [new[k] for k in table.primary_key]
-        if self._conn.execute(_insert(ident, table, keyed=True), [*values, *key]).rowcount:
+        if self._conn.execute(_insert(ident, table, keyed=True), values).rowcount:
             return False
-        self._conn.execute(_update_by_key(ident, table), [*values, *key])
+        self._conn.execute(_update_by_key(ident, table), [*values, *(new[k] for k in table.primary_key)])
         return True
 
     def _count(self, name: str, kind: str) -> None:
@@ -239,13 +246,10 @@ def _delete_one_copy(ident: sql.Identifier, table: TableDef) -> sql.Composed:
 
 
 def _insert(ident: sql.Identifier, table: TableDef, *, keyed: bool) -> sql.Composed:
-    """Insert a row (parameters: all columns, then, keyed, its key: inserted only when the key is free)."""
+    """Insert a row (parameters: all columns; keyed, only when the key is free)."""
     columns = sql.SQL(", ").join(sql.Identifier(c) for c in table.column_names)
+    values = sql.SQL(", ").join(sql.Placeholder() * len(table.column_names))
     if not keyed:
-        values = sql.SQL(", ").join(sql.Placeholder() * len(table.column_names))
         return sql.SQL("INSERT INTO {} ({}) VALUES ({})").format(ident, columns, values)
-    # Typed: a SELECT list would read an untyped parameter as text.
-    typed = sql.SQL(", ").join(sql.SQL("%s::{}").format(sql.SQL(q.pg_type(c.type))) for c in table.columns)
-    return sql.SQL("INSERT INTO {0} ({1}) SELECT {2} WHERE NOT EXISTS (SELECT FROM {0} WHERE {3})").format(
-        ident, columns, typed, _match(table, table.primary_key)
-    )
+    key = sql.SQL(", ").join(sql.Identifier(c) for c in table.primary_key)
+    return sql.SQL("INSERT INTO {} ({}) VALUES ({}) ON CONFLICT ({}) DO NOTHING").format(ident, columns, values, key)
