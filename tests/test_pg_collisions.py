@@ -19,9 +19,12 @@ import pytest
 from applier.engine.changes import TableChanges
 from applier.engine.parts import log_changes
 from applier.errors import TargetError
+from applier.summary import collisions_line, read_summary
 from applier.targets import Part
 from applier.targets.collisions import Collisions, describe
 from applier.targets.postgres import PostgresTarget
+from engine_support import run
+from test_bad_rows import TRANSACTIONS, configured, ids, ids_of, write_workload
 from test_delta_target import counted, keyed, table_def
 from test_postgres_target import checkpoint_row, rows
 
@@ -201,3 +204,32 @@ def test_a_keyed_table_made_by_hand_without_a_key_index_is_refused_before_it_is_
         conn.execute("CREATE UNIQUE INDEX ON shop.items (id)")  # a unique index serves as well as a key
     assert t.apply_cycle(1, {ITEMS.name: with_new(keyed(ITEMS, [{"id": 1}]), [True])}, {}).collisions == {}
     assert rows(pg_url, "shop.items", "id") == [(1, None, None)]
+
+
+# ------------------------------------------------------------------ through the engine
+
+
+@pytest.mark.spark
+@pytest.mark.parametrize("action", ["warn", "log"])
+def test_a_row_added_behind_the_applier_is_a_collision_the_engine_reports_or_sets_aside(
+    tmp_path: Path, spark: Any, pg_url: str, action: str
+) -> None:
+    """Row 6005 (transaction x600's) is inserted by hand between two runs; x600 then inserts it too."""
+    write_workload(tmp_path / "pairs", set(), set(), seqs=range(1, 3))
+    config = configured(tmp_path, pg_url, f"errors.actions.collision={action}")
+    run(config, spark)
+    with psycopg.connect(pg_url) as conn:
+        conn.execute("INSERT INTO shop.items VALUES (6005, 7, 'by hand')")
+    write_workload(tmp_path / "pairs", set(), set(), seqs=range(3, 5))
+    summary = run(config, spark)
+    report = summary.reports[-1]
+    if action == "warn":  # applied as an upsert: the log's row wins, and it is counted
+        assert report.collisions == {"shop.items": {"insert": 1}} and report.exceptions == []
+        assert ids(pg_url) == ids_of(range(TRANSACTIONS))
+        with psycopg.connect(pg_url) as conn:
+            assert conn.execute("SELECT qty, sku FROM shop.items WHERE id = 6005").fetchone() == (5, "s6005")
+        assert collisions_line(read_summary(config).collisions).startswith("collisions: 1, applied as upserts")
+    else:  # refused like a constraint: the enhanced retry finds x600, kept in the exceptions store
+        assert report.collisions == {}
+        assert [(e["xid"], e["class"]) for e in report.exceptions] == [("x600", "collision")]
+        assert ids(pg_url) == ids_of(set(range(TRANSACTIONS)) - {600}) | {6005}

@@ -10,7 +10,8 @@ import pytest
 from applier.config import load_config
 from applier.engine.checkpoint import Checkpoint, CheckpointStore
 from applier.engine.ledger import RunLedger, RunRecord
-from applier.summary import Summary, main, read_summary, summary_lines
+from applier.engine.report import collision_counts
+from applier.summary import Summary, collisions_line, main, read_summary, summary_lines
 
 
 def test_summary_lines() -> None:
@@ -36,6 +37,7 @@ def test_summary_lines() -> None:
         "configuration demo: 3 cycles, applied through pair 7",
         "transactions: 40 committed, 2 rolled back",
         "transactions set aside by error actions: none",
+        "collisions: none",
         "last run 20260101T000500Z: apply, finished, 3 cycles",
         "rows per table (15 in all):",
         "  shop.events: 5",
@@ -88,3 +90,13 @@ def test_a_bad_configuration_exits_2_naming_the_key(tmp_path: Path, capsys: pyte
     config.write_text("configuration_name: _bad\n")
     assert main(["--config", str(config)]) == 2
     assert "configuration key 'configuration_name': '_bad' is not allowed" in capsys.readouterr().err
+
+
+def test_the_collisions_line_counts_per_table_and_kind() -> None:
+    counts = {"shop.items": {"insert": 1, "delete": 2}, "shop.log": {"delete": 1}}
+    assert collisions_line(counts) == (
+        "collisions: 4, applied as upserts (shop.items: 1 insert found its key already held, 2 deletes found no row; "
+        "shop.log: 1 delete found no row)"
+    )
+    reports = [{"collisions": {"shop.items": {"insert": 1}}}, {}, {"collisions": {"shop.items": {"insert": 2}}}]
+    assert collision_counts(reports) == {"shop.items": {"insert": 3}}

@@ -213,7 +213,7 @@ def _moment(iso: str | None) -> str:
 def status(args: argparse.Namespace) -> int:
     """``applier status``: where the Applier stands."""
     from applier.engine.status import age, read_status
-    from applier.summary import set_aside_line
+    from applier.summary import collisions_line, set_aside_line
 
     config = load_config(args.config, args.overrides)
     s = read_status(config)
@@ -233,6 +233,7 @@ def status(args: argparse.Namespace) -> int:
         print(f"  {name}: {size} bytes")
     print(f"queue memory: {config.queue_memory_bytes / MIB:.1f} MiB")
     print(f"{set_aside_line(s.set_aside)} (the last {s.recent_cycles} cycles)")
+    print(f"{collisions_line(s.collisions)} (the last {s.recent_cycles} cycles)")
     if s.last_cycle:
         print(f"last cycle: {s.last_cycle['cycle_id']} pairs {s.last_cycle['seqs']} seconds {s.last_cycle['seconds']}")
         for line in _queue_lines(s.last_cycle.get("queue") or {}):

@@ -23,8 +23,9 @@ from typing import Any
 from applier.config import Config, load_config
 from applier.engine.checkpoint import CheckpointStore
 from applier.engine.ledger import RunLedger
-from applier.engine.report import set_aside_counts
+from applier.engine.report import collision_counts, set_aside_counts
 from applier.errors import ApplierError
+from applier.targets.collisions import describe
 
 RESULTS_FILE = "validation.json"  # as applier.validate writes it, read here without importing GX
 
@@ -45,6 +46,7 @@ class Summary:
         validation: the newest validation's JSON, if any.
         chart: the queue-memory chart and what it draws, when one was drawn.
         set_aside: transactions error actions let by, per action, over every cycle report.
+        collisions: changes the target did not hold as the log said, per table and kind, over every cycle report.
     """
 
     configuration_name: str
@@ -58,6 +60,15 @@ class Summary:
     validation: dict[str, Any] | None = None
     chart: str | None = None
     set_aside: dict[str, int] = field(default_factory=dict)
+    collisions: dict[str, dict[str, int]] = field(default_factory=dict)
+
+
+def collisions_line(counts: dict[str, dict[str, int]]) -> str:
+    """One line on collisions (see README, *Collisions*), for people."""
+    if not counts:
+        return "collisions: none"
+    each = "; ".join(f"{table}: {describe(kinds)}" for table, kinds in counts.items())
+    return f"collisions: {sum(sum(k.values()) for k in counts.values())}, applied as upserts ({each})"
 
 
 def set_aside_line(counts: dict[str, int]) -> str:
@@ -96,6 +107,7 @@ def read_summary(config: Config) -> Summary:
         applied_seq=checkpoint.applied_seq,
         committed=sum(r.get("committed", 0) for r in reports),
         set_aside=set_aside_counts(reports),
+        collisions=collision_counts(reports),
         rolled_back=sum(r.get("rolled_back", 0) for r in reports),
         rows=dict(sorted(checkpoint.row_counts.items())),
         target=f"{config.target.type} tables under {config.target.path}",
@@ -112,6 +124,7 @@ def summary_lines(s: Summary) -> list[str]:
         f"configuration {s.configuration_name}: {s.cycles} cycles, applied through pair {s.applied_seq}",
         f"transactions: {s.committed} committed, {s.rolled_back} rolled back",
         set_aside_line(s.set_aside),
+        collisions_line(s.collisions),
     ]
     if s.last_run is not None:
         r = s.last_run

@@ -129,6 +129,17 @@ def set_aside_counts(reports: Iterable[dict[str, Any]]) -> dict[str, int]:
     return dict(sorted(counts.items()))
 
 
+def collision_counts(reports: Iterable[dict[str, Any]]) -> dict[str, dict[str, int]]:
+    """Collisions in ``reports`` (cycle reports), per table and kind."""
+    counts: dict[str, dict[str, int]] = {}
+    for report in reports:
+        for table, kinds in report.get("collisions", {}).items():
+            mine = counts.setdefault(table, {})
+            for kind, n in kinds.items():
+                mine[kind] = mine.get(kind, 0) + n
+    return dict(sorted(counts.items()))
+
+
 def last_report(path: Path) -> dict[str, Any] | None:
     """The last cycle's JSON line, if any: read from the end of the file, whatever its length.
 

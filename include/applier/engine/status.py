@@ -19,7 +19,7 @@ from applier.engine.checkpoint import Checkpoint, CheckpointStore
 from applier.engine.jsonlines import last_lines
 from applier.engine.ledger_cycles import RECENT_CYCLES
 from applier.engine.reading import open_rows, reread_window
-from applier.engine.report import last_report, set_aside_counts
+from applier.engine.report import collision_counts, last_report, set_aside_counts
 from applier.intermediate.pairs import list_pairs
 
 
@@ -44,6 +44,7 @@ class Status:
     last_cycle: dict[str, Any] | None = None
     recent_cycles: int = 0
     set_aside: dict[str, int] = field(default_factory=dict)
+    collisions: dict[str, dict[str, int]] = field(default_factory=dict)
 
 
 def _open_transactions(config: Config, checkpoint: Checkpoint) -> list[OpenTxnStatus]:
@@ -86,6 +87,7 @@ def read_status(config: Config) -> Status:
         last_cycle=last_report(config.work_dir / "cycles.jsonl"),
         recent_cycles=len(recent),
         set_aside=set_aside_counts(recent),
+        collisions=collision_counts(recent),
     )
 
 
