@@ -23,8 +23,9 @@ import yaml
 from applier import config_values as cv
 from applier.errors import ERROR_CLASSES, ConfigError
 from applier.intermediate.pairs import MIB
+from applier.targets import dialects
+from applier.targets.dialects import TARGET_TYPES
 
-TARGET_TYPES = ("delta", "postgres")
 _SPARK_CONF = "spark.conf"
 _SCHEMA_MAP = "target.schema_map"
 _ACTIONS = "errors.actions"
@@ -107,7 +108,7 @@ class TargetConfig:
     and may run, before it fails with a transient error (0: no limit).
     """
 
-    type: str = "delta"
+    type: str = dialects.DEFAULT_TYPE
     path: Path | None = None
     url: str | None = None
     schema_map: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
@@ -195,7 +196,7 @@ _KEYS: dict[str, tuple[Callable[[str, Any], Any], Any]] = {
     "apply.max_cycles_per_run": (cv.int_at_least(0, "0 means until caught up"), 0),
     "apply.intermediate_retention_hours": (cv.hours_or_forever, None),
     "apply.queue_memory_mb": (cv.megabytes_or_default, None),
-    "target.type": (cv.choice(TARGET_TYPES), "delta"),
+    "target.type": (cv.choice(TARGET_TYPES), dialects.DEFAULT_TYPE),
     "target.path": (cv.text, None),
     "target.url": (cv.text, None),
     "target.show_row_values": (cv.boolean, False),
@@ -299,11 +300,10 @@ def _validate(flat: dict[str, Any]) -> dict[str, Any]:
             out[key] = _KEYS[key][0](key, value)
     for key, (_, default) in _KEYS.items():
         if key not in out:
-            kind = out.get("target.type", "delta")
-            optional = (
-                key in _OPTIONAL_KEYS
-                or (key == "target.path" and kind != "delta")
-                or (key == "target.url" and kind != "postgres")
+            # A setting another target type requires is optional to this one.
+            kind = out.get("target.type", dialects.DEFAULT_TYPE)
+            optional = key in _OPTIONAL_KEYS or (
+                key in dialects.REQUIRED_KEYS and key not in dialects.required_keys(kind)
             )
             if default is None and not optional:
                 raise ConfigError(key, None, "this key is required")

@@ -14,11 +14,11 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from psycopg.conninfo import make_conninfo
-
 from applier.config import TargetConfig
 from applier.engine.ledger import RunRecord
 from applier.errors import PERMANENT_LINE
+from applier.targets import dialects
+from applier.targets.dialects import TargetConnection
 
 DEFAULT_SCHEDULE = "*/5 * * * *"
 NO_SCHEDULE = ("none", "manual")
@@ -130,7 +130,7 @@ def target_overrides(
     login: str | None = None,
     database: str | None = None,
 ) -> list[str]:
-    """The overrides a target connection carries.
+    """The overrides a target connection carries, by the dialect of its type (:mod:`applier.targets.dialects`).
 
     - ``fs`` (Airflow's File (path) connection) with extra ``path``: the Delta
       tables under that folder.
@@ -153,23 +153,8 @@ def target_overrides(
     Raises:
         ValueError: the type is not supported, or a required field is missing.
     """
-    if conn_type == "postgres":
-        if not host:
-            raise ValueError(f"connection {conn_id}: a postgres target connection needs a host")
-        fields = {"host": host, "port": port, "user": login, "dbname": database}
-        url = make_conninfo(**{k: str(v) for k, v in fields.items() if v})
-        maps = extra.get("schema_map") or {}
-        if not isinstance(maps, Mapping):
-            raise ValueError(f"connection {conn_id}: extra 'schema_map' must map source to target schemas")
-        return ["target.type=postgres", f"target.url={url}", *(f"target.schema_map.{k}={v}" for k, v in maps.items())]
-    if conn_type != "fs":
-        raise ValueError(
-            f"connection {conn_id}: type {conn_type!r} is not supported; use 'fs' with extra path, or 'postgres'"
-        )
-    path = extra.get("path")
-    if not isinstance(path, str) or not Path(path).is_absolute():
-        raise ValueError(f"connection {conn_id}: extra 'path' must be an absolute folder, got {path!r}")
-    return ["target.type=delta", f"target.path={path}"]
+    conn = TargetConnection(conn_type, host=host, port=port, login=login, database=database, extra=extra)
+    return dialects.connection_settings(conn, conn_id)
 
 
 def application_args(config_path: str, overrides: Sequence[str], max_cycles: int | None, key: str) -> list[str]:
@@ -384,7 +369,7 @@ def figures_lines(figures: Mapping[str, Any]) -> list[str]:
 
 
 def asset_uri(target: TargetConfig, table: str) -> str:
-    """The Airflow asset URI of one target table.
+    """The Airflow asset URI of one target table, by the dialect of its type (:mod:`applier.targets.dialects`).
 
     Args:
         target: the configuration's ``target.*``.
@@ -399,16 +384,7 @@ def asset_uri(target: TargetConfig, table: str) -> str:
     Raises:
         ValueError: the target's settings are missing.
     """
-    schema, _, name = table.partition(".")
-    if target.type == "delta" and target.path is not None:
-        return (Path(target.path) / schema / name).as_uri()
-    if target.type == "postgres" and target.url is not None:
-        from psycopg.conninfo import conninfo_to_dict
-
-        params = conninfo_to_dict(target.url)
-        where = f"{params.get('host') or 'localhost'}:{params.get('port') or 5432}/{params.get('dbname') or ''}"
-        return f"postgres://{where}/{target.schema_map.get(schema, schema)}/{name}"
-    raise ValueError(f"target.type {target.type!r} without its path or url has no asset URI")
+    return dialects.asset_uri(target, table)
 
 
 def asset_uris(target: TargetConfig, tables: Iterable[str]) -> dict[str, str]:

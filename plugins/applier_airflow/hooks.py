@@ -17,6 +17,7 @@ from airflow.sdk import BaseHook, Variable
 from airflow.sdk.exceptions import AirflowNotFoundException
 
 from applier.config import Config, load_config
+from applier.targets.dialects import password_env
 from applier_airflow.builders import target_overrides
 
 PROJECT_DIR = Path(__file__).resolve().parents[2]
@@ -91,9 +92,11 @@ class ApplierHook(BaseHook):
         conn = self.get_conn()
         if conn is None:
             return []
-        if conn.conn_type == "postgres" and conn.password:
-            # libpq reads it from the environment, here and in the spark-submit child: never on a command line.
-            os.environ["PGPASSWORD"] = conn.password
+        variable = password_env(conn.conn_type or "")
+        if variable and conn.password:
+            # The driver (libpq) reads it from the environment, here and in the spark-submit child:
+            # never on a command line.
+            os.environ[variable] = conn.password
         return target_overrides(
             conn.conn_type or "",
             conn.extra_dejson,

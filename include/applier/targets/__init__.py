@@ -2,7 +2,9 @@
 
 Everything that differs between targets sits behind :class:`Target`; the
 engine never asks which target it is talking to. :func:`open_target` is the one
-place that turns the configuration into a target.
+place that turns the configuration into a target; what differs per target type
+before there is a target (settings, opening, reading for validation, asset
+URIs, connections) is its dialect's (:mod:`applier.targets.dialects`).
 """
 
 from __future__ import annotations
@@ -12,7 +14,7 @@ from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
-from applier.errors import ConfigError, TargetError
+from applier.errors import TargetError
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -309,7 +311,7 @@ class Target(Protocol):
 
 
 def open_target(config: Config) -> Target:
-    """Build the configured target.
+    """Build the configured target, by the dialect of its type (:mod:`applier.targets.dialects`).
 
     Args:
         config: the validated configuration; ``target.type`` picks the target,
@@ -321,32 +323,6 @@ def open_target(config: Config) -> Target:
     Raises:
         ConfigError: the target type is unknown or its settings are missing.
     """
-    from applier.targets.collisions import Collisions
+    from applier.targets.dialects import dialect
 
-    if config.target.type == "delta":
-        from applier.targets.delta import DeltaTarget
-
-        if config.target.path is None:
-            raise ConfigError("target.path", None, "a folder is required for target.type delta")
-        return DeltaTarget(
-            config.target.path,
-            config.configuration_name,
-            threads=config.apply.threads,
-            collisions=Collisions.of(config),
-        )
-    if config.target.type == "postgres":
-        from applier.targets.postgres import PostgresTarget
-
-        if config.target.url is None:
-            raise ConfigError("target.url", None, "a connection string is required for target.type postgres")
-        return PostgresTarget(
-            config.target.url,
-            config.configuration_name,
-            schema_map=config.target.schema_map,
-            threads=config.apply.threads,
-            show_row_values=config.target.show_row_values,
-            lock_timeout_s=config.target.lock_timeout_s,
-            statement_timeout_s=config.target.statement_timeout_s,
-            collisions=Collisions.of(config),
-        )
-    raise ConfigError("target.type", config.target.type, "use one of: delta, postgres")
+    return dialect(config.target.type).open(config)

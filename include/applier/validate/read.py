@@ -1,8 +1,9 @@
 """Target tables as Spark DataFrames, for validation.
 
-:func:`read_target_table` is the one place that asks which target the
-configuration names. A PostgreSQL table is read by the target into Arrow and
-handed to Spark (:func:`read_through_arrow`).
+:func:`read_target_table` asks the dialect of the configured target type
+(:mod:`applier.targets.dialects`) to read a table, with one of the readers
+here. A PostgreSQL table is read by the target into Arrow and handed to Spark
+(:func:`read_through_arrow`).
 
 A Delta table is read without Spark's Delta jars (which cannot be fetched
 here): delta-rs lists the Parquet files of the table's current version and
@@ -25,9 +26,9 @@ from deltalake.exceptions import DeltaError
 from pyspark.sql import types as T
 
 from applier.config import Config
-from applier.errors import ConfigError, TargetError
-from applier.targets import Target, open_target
-from applier.targets.delta import DeltaTarget
+from applier.errors import TargetError
+from applier.targets import Target
+from applier.targets.dialects import dialect
 
 # Reader features whose tables cannot be read as plain Parquet files.
 _UNSUPPORTED_FEATURES = frozenset({"deletionVectors", "columnMapping"})
@@ -49,14 +50,7 @@ def read_target_table(config: Config, spark: Any, table: str) -> Any | None:
         ConfigError: the target type cannot be validated.
         TargetError: the table cannot be read (naming it and why).
     """
-    if config.target.type == "delta":
-        if config.target.path is None:
-            raise ConfigError("target.path", None, "a folder is required for target.type delta")
-        path = DeltaTarget(config.target.path, config.configuration_name).table_path(table)
-        return read_delta_table(spark, path, table)
-    if config.target.type == "postgres":
-        return read_through_arrow(spark, open_target(config), table)
-    raise ConfigError("target.type", config.target.type, "validation reads: delta, postgres")
+    return dialect(config.target.type, "validation reads").read_table(config, spark, table)
 
 
 def read_through_arrow(spark: Any, target: Target, table: str) -> Any | None:
