@@ -3,7 +3,9 @@
 Everything the operators decide (the run key, the ``--set`` overrides from
 the trigger form, the spark-submit application arguments, the plan and run
 figures pushed as XCom, the asset URI of a target table) is computed here, so
-tests compare it exactly without Airflow, Spark or a metadata database.
+tests compare it exactly without Airflow, Spark or a metadata database. What
+depends on the target type (a connection's settings, an asset URI) is asked of
+the library's target dialects (:mod:`applier.targets.dialects`).
 """
 
 from __future__ import annotations
