@@ -35,7 +35,7 @@ def test_every_dialect_provides_each_piece() -> None:
         assert isinstance(dialect, Dialect) and dialect.name == name
         assert dialect.required_keys and all(key.startswith("target.") for key in dialect.required_keys)
         assert dialect.conn_type and dialect.conn_hint
-        for piece in ("open", "read_table", "asset_uri", "settings"):
+        for piece in ("open", "read_table", "asset_uri", "where", "settings"):
             assert callable(getattr(dialect, piece)), f"{name} lacks {piece}"
         assert dialects.dialect(name) is dialect
     assert len({d.conn_type for d in DIALECTS.values()}) == len(DIALECTS), "one dialect per connection type"
@@ -118,6 +118,9 @@ class _Memory:
     def asset_uri(self, target: TargetConfig, table: str) -> str | None:
         return f"memory:///{table}"
 
+    def where(self, target: TargetConfig) -> str:
+        return "memory"
+
     def settings(self, conn: TargetConnection, conn_id: str) -> list[str]:
         return [f"target.type={self.name}", f"target.path={conn.extra['path']}"]
 
@@ -157,3 +160,10 @@ def test_the_hook_hands_a_connection_password_to_the_variable_its_dialect_names(
     )
     assert ApplierHook().target_overrides() == ["target.type=delta", "target.path=/t"]
     assert "PGPASSWORD" not in os.environ
+
+
+def test_where_the_tables_are_names_no_password() -> None:
+    delta = TargetConfig(type="delta", path=Path("/data/t"))
+    assert dialects.dialect("delta").where(delta) == "delta tables under /data/t"
+    pg = TargetConfig(type="postgres", url="host=db dbname=replica user=app password=secret")
+    assert dialects.dialect("postgres").where(pg) == "postgres tables in user=app dbname=replica host=db"

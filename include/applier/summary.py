@@ -26,6 +26,7 @@ from applier.engine.ledger import RunLedger
 from applier.engine.report import collision_counts, set_aside_counts
 from applier.errors import ApplierError
 from applier.targets.collisions import describe
+from applier.targets.dialects import dialect
 
 RESULTS_FILE = "validation.json"  # as applier.validate writes it, read here without importing GX
 
@@ -110,7 +111,7 @@ def read_summary(config: Config) -> Summary:
         collisions=collision_counts(reports),
         rolled_back=sum(r.get("rolled_back", 0) for r in reports),
         rows=dict(sorted(checkpoint.row_counts.items())),
-        target=f"{config.target.type} tables under {config.target.path}",
+        target=dialect(config.target.type).where(config.target),
         last_run=None
         if last is None
         else {"run_key": last.run_key, "mode": last.mode, "status": last.status, "cycles": len(last.cycles)},

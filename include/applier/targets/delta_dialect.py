@@ -69,6 +69,9 @@ class DeltaDialect:
         schema, _, name = table.partition(".")
         return (Path(target.path) / schema / name).as_uri()
 
+    def where(self, target: TargetConfig) -> str:
+        return f"delta tables under {target.path}"
+
     def settings(self, conn: TargetConnection, conn_id: str) -> list[str]:
         """``["target.type=delta", "target.path=<path>"]`` from Airflow's File (path) connection."""
         path = conn.extra.get("path")

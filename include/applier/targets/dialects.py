@@ -94,6 +94,10 @@ class Dialect(Protocol):
         """The Airflow asset URI of ``table`` (``schema.table``); None when the target's location is not set."""
         ...
 
+    def where(self, target: TargetConfig) -> str:
+        """Where this target's tables are, for people (never a password)."""
+        ...
+
     def settings(self, conn: TargetConnection, conn_id: str) -> list[str]:
         """The ``key=value`` overrides a connection of :attr:`conn_type` carries (``target.type`` first).
 

@@ -75,6 +75,11 @@ class PostgresDialect:
         where = f"{params.get('host') or 'localhost'}:{params.get('port') or 5432}/{params.get('dbname') or ''}"
         return f"postgres://{where}/{target.schema_map.get(schema, schema)}/{name}"
 
+    def where(self, target: TargetConfig) -> str:
+        from applier.targets.pg_connections import redacted
+
+        return f"postgres tables in {redacted(target.url or '')}"
+
     def settings(self, conn: TargetConnection, conn_id: str) -> list[str]:
         """``target.type``, ``target.url`` from host, port, login and database, ``target.schema_map.*`` from extra.
 
