@@ -71,6 +71,23 @@ def pg_url() -> Iterator[str]:
         yield url
 
 
+@pytest.fixture(scope="session")
+def logical_decoding() -> None:
+    """The server runs with ``wal_level=logical`` (set and restarted once if it is not; see tests/pg_support.py)."""
+    from pg_support import ensure_logical_decoding
+
+    ensure_logical_decoding()
+
+
+@pytest.fixture
+def logical_source(logical_decoding: None) -> Iterator[tuple[str, str, str]]:
+    """``(url, slot, publication)``: a new database and unique slot and publication names, all dropped after."""
+    from pg_support import logical_source as make_source
+
+    with make_source() as names:
+        yield names
+
+
 @pytest.fixture(params=["delta", pytest.param("postgres", marks=pytest.mark.postgres)])
 def target_settings(request: pytest.FixtureRequest) -> Iterator[list[str]]:
     """``--set`` overrides naming a target, once per target: Delta (the default), then PostgreSQL.

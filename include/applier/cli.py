@@ -3,7 +3,8 @@
 Exit codes: 0 success (including nothing to do), 2 usage or configuration
 error, 3 refused intermediate file, 4 target or apply error, 5 a target table
 failed validation, 6 another run holds the configuration's run lock, 7 a
-state file (checkpoint, intent, run ledger) is damaged. Errors
+state file (checkpoint, intent, run ledger) is damaged, 8 the source cannot
+be extracted as it stands. Errors
 are one line on stderr; long work shows progress on stderr when it is a
 terminal.
 """
@@ -25,7 +26,8 @@ EXIT_CODES_HELP = """exit codes:
   4  target or apply error
   5  a target table failed validation (the message names the table and the expectation)
   6  another run of the configuration holds its run lock (the message names the holder); nothing was changed
-  7  a state file (checkpoint, intent, run ledger) is damaged (the message names it and what to do)"""
+  7  a state file (checkpoint, intent, run ledger) is damaged (the message names it and what to do)
+  8  the source cannot be extracted as it stands (the message names the table, column and value, or the setting)"""
 
 
 def _add_config_args(parser: argparse.ArgumentParser) -> None:
@@ -89,6 +91,20 @@ def _build_parser() -> argparse.ArgumentParser:
         "--run-key",
         help="record the run's cycles in the run ledger under this key; a key whose run finished is replayed "
         "(backfill recovery, see README 'Recovery')",
+    )
+
+    extract = _command(
+        commands, "extract", "read the PostgreSQL source's logical replication slot into intermediate-file pairs"
+    )
+    _add_config_args(extract)
+    extract.add_argument(
+        "--setup",
+        action="store_true",
+        help="check wal_level, free slots and the REPLICATION right; create the publication and slot",
+    )
+    extract.add_argument("--follow", action="store_true", help="keep extracting as the source commits (SIGTERM stops)")
+    extract.add_argument(
+        "--max-wal-mb", type=float, metavar="N", help="a batch reads at most N MiB of WAL (default: up to its end)"
     )
 
     runs = _command(commands, "runs", "list the run ledger: each run key's status, mode, cycles and pairs")
@@ -156,6 +172,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "plan": commands.plan,
         "run": commands.run,
         "runs": commands.runs,
+        "extract": commands.extract,
         "status": commands.status,
         "validate": commands.validate,
         "advise": commands.advise,

@@ -145,6 +145,37 @@ class SparkConfig:
 
 
 @dataclass(frozen=True)
+class SourceConfig:
+    """``source.*``: the PostgreSQL database ``applier extract`` reads.
+
+    ``url``: a libpq connection string of a role with the REPLICATION right.
+    ``slot``, ``publication``: the logical replication slot (pgoutput) and
+    publication (``applier extract --setup`` creates both). ``include``: the
+    ``schema.table`` names to extract (empty: every published table; --setup
+    publishes these, or all tables); ``exclude``: names left out.
+    """
+
+    url: str | None = None
+    slot: str | None = None
+    publication: str | None = None
+    include: frozenset[str] = frozenset()
+    exclude: frozenset[str] = frozenset()
+
+
+@dataclass(frozen=True)
+class ExtractConfig:
+    """``extract.*``: how ``applier extract`` cuts pairs.
+
+    ``max_pair_mb``: the size (MiB) at which a pair closes, within a large
+    transaction too. ``max_pair_seconds``: the age at which a pair closes at
+    the next commit, so that a quiet source still delivers.
+    """
+
+    max_pair_mb: float = 64.0
+    max_pair_seconds: float = 60.0
+
+
+@dataclass(frozen=True)
 class Config:
     """The whole, validated configuration of one Applier."""
 
@@ -155,6 +186,8 @@ class Config:
     target: TargetConfig = TargetConfig()
     spark: SparkConfig = SparkConfig()
     errors: ErrorsConfig = ErrorsConfig()
+    source: SourceConfig = SourceConfig()
+    extract: ExtractConfig = ExtractConfig()
 
     @property
     def work_dir(self) -> Path:
@@ -216,10 +249,24 @@ _KEYS: dict[str, tuple[Callable[[str, Any], Any], Any]] = {
     "apply.command_convert": (cv.conversions, frozenset()),
     "errors.command_retry": (cv.int_at_least(0, "tries again of a failing transaction"), 3),
     "spark.master": (cv.text, "local[*]"),
+    "source.url": (cv.text, None),
+    "source.slot": (cv.slot_name, None),
+    "source.publication": (cv.slot_name, None),
+    "source.include": (cv.table_names, frozenset()),
+    "source.exclude": (cv.table_names, frozenset()),
+    "extract.max_pair_mb": (cv.positive_number, 64.0),
+    "extract.max_pair_seconds": (cv.seconds("a pair closes at the next commit once this old"), 60.0),
 }
 _PATH_KEYS = ("intermediate_dir", "output_dir", "target.path")
 # None is their default, not "required".
-_OPTIONAL_KEYS = ("apply.intermediate_retention_hours", "apply.queue_memory_mb")
+_OPTIONAL_KEYS = (
+    "apply.intermediate_retention_hours",
+    "apply.queue_memory_mb",
+    # required by applier extract only, which says so
+    "source.url",
+    "source.slot",
+    "source.publication",
+)
 KNOWN_KEYS = (
     *_KEYS,
     f"{_SPARK_CONF}.<spark property>",
@@ -368,5 +415,15 @@ def load_config(path: Path | str | None, overrides: Sequence[str] = ()) -> Confi
         spark=SparkConfig(master=values["spark.master"], conf=MappingProxyType(spark_conf)),
         errors=ErrorsConfig(
             actions=MappingProxyType(_prefixed(values, _ACTIONS)), command_retry=values["errors.command_retry"]
+        ),
+        source=SourceConfig(
+            url=values["source.url"],
+            slot=values["source.slot"],
+            publication=values["source.publication"],
+            include=values["source.include"],
+            exclude=values["source.exclude"],
+        ),
+        extract=ExtractConfig(
+            max_pair_mb=values["extract.max_pair_mb"], max_pair_seconds=values["extract.max_pair_seconds"]
         ),
     )

@@ -114,3 +114,26 @@ def conversions(key: str, v: Any) -> frozenset[str]:
     if unknown:
         raise ConfigError(key, v, f"unknown conversion {unknown[0]!r}; use none or: {', '.join(COMMAND_CONVERSIONS)}")
     return frozenset(names)
+
+
+def table_names(key: str, v: Any) -> frozenset[str]:
+    """A YAML list or comma list of ``schema.table`` names (empty: none)."""
+    items = v if isinstance(v, list | tuple) else str(v).split(",") if isinstance(v, str) else None
+    if items is None:
+        raise ConfigError(key, v, "a list (or comma list) of schema.table names")
+    names = {str(item).strip() for item in items} - {""}
+    for item in sorted(names):
+        schema, dot, table = item.partition(".")
+        if not dot or not schema or not table:
+            raise ConfigError(key, v, f"{item!r} is not schema.table; use a list of schema.table names")
+    return frozenset(names)
+
+
+SLOT_NAME = re.compile(r"[a-z0-9_]{1,63}")
+
+
+def slot_name(key: str, v: Any) -> str:
+    """A replication slot's name, as PostgreSQL allows it."""
+    if not isinstance(v, str) or not SLOT_NAME.fullmatch(v):
+        raise ConfigError(key, v, "use 1 to 63 lowercase letters, digits and underscores (a slot name)")
+    return v

@@ -11,6 +11,7 @@ mapping from failure to exit code lives in one place:
 - 5  a target table failed validation   (:class:`ValidationError`)
 - 6  another run holds the run lock     (:class:`RunLockedError`)
 - 7  a state file of the Applier is damaged (:class:`StateFileError`)
+- 8  the source cannot be extracted as it stands (:class:`ExtractError`)
 """
 
 from __future__ import annotations
@@ -284,3 +285,15 @@ class StateFileError(ApplierError):
 
     def __reduce__(self) -> tuple[type[StateFileError], tuple[Path, str, str]]:
         return (type(self), (self.path, self.problem, self.remedy))
+
+
+class ExtractError(ApplierError):
+    """The PostgreSQL source cannot be extracted as it stands.
+
+    A value or type no spec type holds exactly, a keyless table changed without
+    ``REPLICA IDENTITY FULL``, a definition change other than an added column,
+    or a server that lacks what logical decoding needs. The message names the
+    table, column and value, or what is missing, and the fix.
+    """
+
+    exit_code = 8

@@ -1,0 +1,14 @@
+"""The PostgreSQL log extractor: a logical replication slot to intermediate-file pairs.
+
+``pgoutput`` parses the plugin's messages, ``types`` maps column types and
+values to the spec's, ``decode`` turns messages into rows, events and table
+definitions, ``source`` is every statement sent to the server, ``run`` the
+durable, exactly-once batch loop and ``setup`` the ``--setup`` checks.
+"""
+
+from __future__ import annotations
+
+from applier.extract.run import ExtractSummary, extract, resume_point
+from applier.extract.setup import SetupReport, setup_source
+
+__all__ = ["ExtractSummary", "SetupReport", "extract", "resume_point", "setup_source"]

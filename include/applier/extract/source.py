@@ -1,0 +1,165 @@
+"""The PostgreSQL side of extraction: the slot, the publication, the server's readiness.
+
+Transport: the SQL functions through psycopg 3 (already a dependency), with
+pgoutput. A batch is ``pg_logical_slot_peek_binary_changes`` bounded by an
+``upto_lsn`` (never unbounded: an unbounded peek decodes to the end of the
+WAL), read through a server-side cursor so the client holds a few thousand
+messages at a time, and the slot is moved only afterwards, with
+``pg_replication_slot_advance``, once the pairs holding what it passes are in
+place (see :mod:`applier.extract.run`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+
+import psycopg
+from psycopg import sql
+
+from applier.errors import ExtractError
+from applier.extract.types import SESSION_SETTINGS
+
+FETCH_ROWS = 2000
+
+
+def connect(url: str, *, autocommit: bool) -> psycopg.Connection[tuple[object, ...]]:
+    """A connection to the source whose output settings make pgoutput's text what types.py reads.
+
+    Raises:
+        ExtractError: the source cannot be reached.
+    """
+    try:
+        conn = psycopg.connect(url, autocommit=autocommit, application_name="applier extract")
+    except psycopg.OperationalError as e:
+        raise ExtractError(f"the source cannot be reached: {str(e).strip().splitlines()[0]}") from e
+    for name, value in SESSION_SETTINGS.items():
+        conn.execute(sql.SQL("SELECT set_config({}, {}, false)").format(sql.Literal(name), sql.Literal(value)))
+    if autocommit is False:
+        conn.commit()
+    return conn
+
+
+@dataclass(frozen=True)
+class SlotState:
+    """Where the slot stands and how far the server's WAL reaches."""
+
+    confirmed_flush: int
+    wal_end: int
+
+
+def slot_state(conn: psycopg.Connection[tuple[object, ...]], slot: str) -> SlotState:
+    """The slot's confirmed position and the server's flushed WAL end.
+
+    Raises:
+        ExtractError: the slot does not exist or is not a pgoutput slot.
+    """
+    row = conn.execute(
+        "SELECT confirmed_flush_lsn - '0/0'::pg_lsn, pg_current_wal_flush_lsn() - '0/0'::pg_lsn, plugin "
+        "FROM pg_replication_slots WHERE slot_name = %s",
+        (slot,),
+    ).fetchone()
+    if row is None:
+        raise ExtractError(f"replication slot {slot} does not exist; run applier extract --setup")
+    if row[2] != "pgoutput":
+        raise ExtractError(f"replication slot {slot} uses plugin {row[2]}, not pgoutput; drop it and run --setup")
+    return SlotState(int(str(row[0])), int(str(row[1])))
+
+
+def lsn_text(position: int) -> str:
+    """A WAL position as PostgreSQL writes it (``16/B374D848``)."""
+    return f"{position >> 32:X}/{position & 0xFFFFFFFF:X}"
+
+
+def peek(conn: psycopg.Connection[tuple[object, ...]], slot: str, publication: str, upto: int) -> Iterator[bytes]:
+    """The slot's pgoutput messages of the transactions committed up to ``upto``, in order.
+
+    Reads through a server-side cursor inside one transaction of ``conn``
+    (which must not be in autocommit), ended when the iteration ends.
+    """
+    query = (
+        "SELECT data FROM pg_logical_slot_peek_binary_changes(%s, %s::pg_lsn, NULL, "
+        "'proto_version', '1', 'publication_names', %s)"
+    )
+    try:
+        with conn.cursor(name="applier_extract_peek") as cur:
+            cur.itersize = FETCH_ROWS
+            cur.execute(query, (slot, lsn_text(upto), publication))
+            for (data,) in cur:
+                yield bytes(data)  # type: ignore[call-overload]
+        conn.commit()
+    except psycopg.errors.ObjectNotInPrerequisiteState as e:
+        conn.rollback()
+        raise ExtractError(f"slot {slot}: {str(e).strip().splitlines()[0]}") from e
+
+
+def advance(conn: psycopg.Connection[tuple[object, ...]], slot: str, position: int) -> None:
+    """Move the slot's confirmed position to ``position`` (never back)."""
+    conn.execute(
+        "SELECT pg_replication_slot_advance(%s, %s::pg_lsn) FROM pg_replication_slots "
+        "WHERE slot_name = %s AND confirmed_flush_lsn < %s::pg_lsn",
+        (slot, lsn_text(position), slot, lsn_text(position)),
+    )
+
+
+def primary_key(conn: psycopg.Connection[tuple[object, ...]], schema: str, table: str) -> tuple[str, ...]:
+    """A table's primary-key columns in key order, from the catalog as it stands now."""
+    rows = conn.execute(
+        "SELECT a.attname FROM pg_index i JOIN LATERAL unnest(i.indkey) WITH ORDINALITY k(attnum, n) ON true "
+        "JOIN pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = k.attnum "
+        "WHERE i.indisprimary AND i.indrelid = (quote_ident(%s) || '.' || quote_ident(%s))::regclass ORDER BY k.n",
+        (schema, table),
+    ).fetchall()
+    return tuple(str(r[0]) for r in rows)
+
+
+def readiness_problems(conn: psycopg.Connection[tuple[object, ...]], slot: str) -> list[str]:
+    """What the server or role lacks for logical decoding, each with its fix; empty when ready."""
+    problems = []
+    (wal_level,) = conn.execute("SHOW wal_level").fetchone() or ("",)
+    if wal_level != "logical":
+        problems.append(f"wal_level is {wal_level}: ALTER SYSTEM SET wal_level = logical, then restart the server")
+    row = conn.execute(
+        "SELECT current_setting('max_replication_slots')::int, count(*) FILTER (WHERE slot_name <> %s), "
+        "bool_or(slot_name = %s) FROM pg_replication_slots",
+        (slot, slot),
+    ).fetchone()
+    if row is not None and not row[2] and int(str(row[1])) >= int(str(row[0])):
+        problems.append(f"max_replication_slots ({row[0]}) are all in use: raise it and restart the server")
+    role = conn.execute("SELECT rolreplication OR rolsuper, rolname FROM pg_roles WHERE rolname = current_user")
+    rights = role.fetchone()
+    if rights is not None and not rights[0]:
+        problems.append(f"role {rights[1]} lacks the REPLICATION right: ALTER ROLE {rights[1]} REPLICATION")
+    return problems
+
+
+def keyless_without_full(conn: psycopg.Connection[tuple[object, ...]], publication: str) -> list[str]:
+    """Published tables with no primary key whose replica identity is not FULL (or an index)."""
+    rows = conn.execute(
+        "SELECT p.schemaname || '.' || p.tablename FROM pg_publication_tables p "
+        "JOIN pg_class c ON c.oid = (quote_ident(p.schemaname) || '.' || quote_ident(p.tablename))::regclass "
+        "WHERE p.pubname = %s AND c.relreplident IN ('d', 'n') AND (c.relreplident = 'n' OR NOT EXISTS "
+        "(SELECT 1 FROM pg_index i WHERE i.indrelid = c.oid AND i.indisprimary)) ORDER BY 1",
+        (publication,),
+    ).fetchall()
+    return [str(r[0]) for r in rows]
+
+
+def create_publication(conn: psycopg.Connection[tuple[object, ...]], publication: str, tables: Sequence[str]) -> bool:
+    """Create the publication (of ``tables``, or of all tables) unless it exists; True when created."""
+    if conn.execute("SELECT 1 FROM pg_publication WHERE pubname = %s", (publication,)).fetchone():
+        return False
+    if tables:
+        names = sql.SQL(", ").join(sql.Identifier(*t.split(".", 1)) for t in tables)
+        conn.execute(sql.SQL("CREATE PUBLICATION {} FOR TABLE {}").format(sql.Identifier(publication), names))
+    else:
+        conn.execute(sql.SQL("CREATE PUBLICATION {} FOR ALL TABLES").format(sql.Identifier(publication)))
+    return True
+
+
+def create_slot(conn: psycopg.Connection[tuple[object, ...]], slot: str) -> bool:
+    """Create the pgoutput slot unless it exists; True when created."""
+    if conn.execute("SELECT 1 FROM pg_replication_slots WHERE slot_name = %s", (slot,)).fetchone():
+        return False
+    conn.execute("SELECT pg_create_logical_replication_slot(%s, 'pgoutput')", (slot,))
+    return True
