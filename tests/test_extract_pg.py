@@ -1,0 +1,235 @@
+"""applier extract against the real server: real decoding, one database, slot and publication per test.
+
+Every test checks the pairs it wrote against the spec (``scan_directory``,
+what ``applier check`` runs) before it looks at their rows.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import psycopg
+import pytest
+
+from applier.errors import ExtractError
+from applier.extract import extract, resume_point
+from applier.extract.source import readiness_problems, slot_state
+from extract_support import execute, extract_config, pair_rows, prepare, trn_events
+
+pytestmark = pytest.mark.postgres
+Source = tuple[str, str, str]
+
+TYPES_TABLE = """CREATE TABLE public.every_type (
+    id integer PRIMARY KEY, b boolean, s smallint, i integer, big bigint, r real, d double precision,
+    n numeric(12,2), nu numeric, t text, v varchar(10), c char(4), u uuid, j json, jb jsonb,
+    dt date, ts timestamp, tz timestamptz, by bytea)"""
+
+
+def test_every_type_maps_to_its_spec_value(tmp_path: Path, logical_source: Source) -> None:
+    config = extract_config(tmp_path, logical_source)
+    prepare(config, TYPES_TABLE)
+    execute(
+        config,
+        "INSERT INTO every_type VALUES (1, true, -32768, 2147483647, -9223372036854775808, 1.1, 'NaN', -12.50, "
+        "3.141592653589793238, 'é ☃', 'ten chars!', 'ab', 'a0eebc99-9c0b-4ef8-bb6d-6bb9bd380a11', '{\"a\": [1]}', "
+        "'{\"b\": 2}', '2024-02-29', '2026-11-21 10:00:00.123456', '2026-11-21 12:00:00+02', '\\x00ff41')",
+        "INSERT INTO every_type (id, d) VALUES (2, '-Infinity')",
+    )
+    extract(config)
+    rows = pair_rows(config.intermediate_dir)
+    assert [r["after"] for r in rows] == [
+        {
+            "id": 1, "b": True, "s": -32768, "i": 2147483647, "big": -9223372036854775808, "r": 1.100000023841858,
+            "d": "NaN", "n": "-12.50", "nu": "3.141592653589793238", "t": "é ☃", "v": "ten chars!", "c": "ab  ",
+            "u": "a0eebc99-9c0b-4ef8-bb6d-6bb9bd380a11", "j": '{"a": [1]}', "jb": '{"b": 2}', "dt": "2024-02-29",
+            "ts": "2026-11-21T10:00:00.123456Z", "tz": "2026-11-21T10:00:00.000000Z", "by": "AP9B",
+        },
+        {"id": 2, "d": "-Infinity", **dict.fromkeys(("b", "s", "i", "big", "r", "n", "nu", "t", "v", "c", "u", "j",
+                                                      "jb", "dt", "ts", "tz", "by"))},
+    ]  # fmt: skip
+
+
+def test_composite_key_updates_key_moves_and_deletes(tmp_path: Path, logical_source: Source) -> None:
+    config = extract_config(tmp_path, logical_source)
+    prepare(config, "CREATE TABLE lines (o int, l int, qty int, PRIMARY KEY (l, o))")
+    execute(
+        config,
+        "INSERT INTO lines VALUES (1, 1, 5), (1, 2, 6)",
+        "UPDATE lines SET qty = 7 WHERE o = 1 AND l = 1",
+        "UPDATE lines SET l = 3 WHERE o = 1 AND l = 2",
+        "DELETE FROM lines WHERE o = 1 AND l = 1",
+    )
+    extract(config)
+    rows = [(r["op"], r["before"], r["after"]) for r in pair_rows(config.intermediate_dir)]
+    assert rows[2:] == [
+        ("U", {"l": 1, "o": 1}, {"o": 1, "l": 1, "qty": 7}),
+        ("U", {"l": 2, "o": 1}, {"o": 1, "l": 3, "qty": 6}),
+        ("D", {"l": 1, "o": 1}, None),
+    ]
+
+
+def test_keyless_duplicates_with_replica_identity_full(tmp_path: Path, logical_source: Source) -> None:
+    config = extract_config(tmp_path, logical_source)
+    prepare(config, "CREATE TABLE log (msg text, n int)", "ALTER TABLE log REPLICA IDENTITY FULL")
+    execute(
+        config,
+        "INSERT INTO log VALUES ('x', 1), ('x', 1)",
+        "DELETE FROM log WHERE ctid = (SELECT min(ctid) FROM log)",
+        "UPDATE log SET n = 2",
+    )
+    extract(config)
+    rows = [(r["op"], r["before"], r["after"]) for r in pair_rows(config.intermediate_dir)]
+    assert rows == [
+        ("I", None, {"msg": "x", "n": 1}),
+        ("I", None, {"msg": "x", "n": 1}),
+        ("D", {"msg": "x", "n": 1}, None),
+        ("U", {"msg": "x", "n": 1}, {"msg": "x", "n": 2}),
+    ]
+
+
+def test_rolled_back_transaction_leaves_nothing(tmp_path: Path, logical_source: Source) -> None:
+    config = extract_config(tmp_path, logical_source)
+    prepare(config, "CREATE TABLE t (id int PRIMARY KEY)")
+    assert config.source.url
+    with psycopg.connect(config.source.url) as conn:
+        conn.execute("INSERT INTO t VALUES (1)")
+        conn.rollback()
+    execute(config, "INSERT INTO t VALUES (2)")
+    extract(config)
+    assert [r["after"] for r in pair_rows(config.intermediate_dir)] == [{"id": 2}]
+    assert [e["record"] for e in trn_events(config.intermediate_dir)] == ["begin", "commit"]
+
+
+def test_truncate_of_two_tables_is_one_row_each_in_one_transaction(tmp_path: Path, logical_source: Source) -> None:
+    config = extract_config(tmp_path, logical_source)
+    prepare(config, "CREATE TABLE a (id int PRIMARY KEY)", "CREATE TABLE b (id int PRIMARY KEY)")
+    execute(config, "INSERT INTO a VALUES (1)", "INSERT INTO b VALUES (1)", "TRUNCATE a, b")
+    extract(config)
+    truncates = [(r["table"], r["xid"]) for r in pair_rows(config.intermediate_dir) if r["op"] == "T"]
+    assert sorted(t for t, _ in truncates) == ["public.a", "public.b"]
+    assert len({xid for _, xid in truncates}) == 1
+
+
+def test_transaction_larger_than_max_pair_mb_spans_pairs(tmp_path: Path, logical_source: Source) -> None:
+    config = extract_config(tmp_path, logical_source, "extract.max_pair_mb=0.02")
+    prepare(config, "CREATE TABLE big (id int PRIMARY KEY, pad text)")
+    execute(config, "INSERT INTO big SELECT g, repeat('x', 100) FROM generate_series(1, 3000) g")
+    summary = extract(config)
+    assert summary.pairs >= 3
+    events = trn_events(config.intermediate_dir)
+    assert [(e["record"], e["seq"]) for e in events] == [("begin", 1), ("commit", summary.pairs)]
+    assert len(pair_rows(config.intermediate_dir)) == 3000
+
+
+def test_added_nullable_column_is_a_new_definition(tmp_path: Path, logical_source: Source) -> None:
+    config = extract_config(tmp_path, logical_source)
+    prepare(config, "CREATE TABLE t (id int PRIMARY KEY)")
+    execute(config, "INSERT INTO t VALUES (1)", "ALTER TABLE t ADD COLUMN note text", "INSERT INTO t VALUES (2, 'n')")
+    extract(config)
+    assert [r["after"] for r in pair_rows(config.intermediate_dir)] == [{"id": 1}, {"id": 2, "note": "n"}]
+
+
+def test_column_type_change_stops_extraction_naming_the_table(tmp_path: Path, logical_source: Source) -> None:
+    config = extract_config(tmp_path, logical_source)
+    prepare(config, "CREATE TABLE t (id int PRIMARY KEY, qty int)")
+    execute(config, "INSERT INTO t VALUES (1, 1)", "ALTER TABLE t ALTER COLUMN qty TYPE bigint", "UPDATE t SET qty = 2")
+    with pytest.raises(ExtractError, match=r"table public\.t: column qty changed from int to bigint"):
+        extract(config)
+
+
+def test_unmappable_value_is_refused_naming_table_column_and_value(tmp_path: Path, logical_source: Source) -> None:
+    config = extract_config(tmp_path, logical_source)
+    prepare(config, "CREATE TABLE t (id int PRIMARY KEY, n numeric)")
+    execute(config, "INSERT INTO t VALUES (1, 'NaN')")
+    with pytest.raises(ExtractError, match=r"table public\.t, column n: value 'NaN'"):
+        extract(config)
+
+
+def test_unmappable_type_is_refused_naming_table_and_column(tmp_path: Path, logical_source: Source) -> None:
+    config = extract_config(tmp_path, logical_source)
+    prepare(config, "CREATE TABLE t (id int PRIMARY KEY, at time)")
+    execute(config, "INSERT INTO t VALUES (1, '10:00')")
+    with pytest.raises(ExtractError, match=r"table public\.t, column at: type oid 1083 has no spec type"):
+        extract(config)
+
+
+def test_setup_warns_of_keyless_table_without_full_identity(tmp_path: Path, logical_source: Source) -> None:
+    from applier.extract import setup_source
+
+    config = extract_config(tmp_path, logical_source)
+    execute(config, "CREATE TABLE log (msg text)")
+    report = setup_source(config)
+    assert report.publication_created and report.slot_created
+    assert report.warnings == [
+        "table public.log has no primary key: PostgreSQL refuses its updates and deletes while it is published, "
+        "and they cannot be extracted; run ALTER TABLE public.log REPLICA IDENTITY FULL"
+    ]
+    assert not setup_source(config).slot_created  # idempotent
+
+
+def test_setup_names_a_missing_replication_right(logical_source: Source) -> None:
+    url, slot, _ = logical_source
+    role = f"applier_norep_{slot[-12:]}"
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute(f"CREATE ROLE {role} LOGIN")  # type: ignore[arg-type]
+    try:
+        with psycopg.connect(url, user=role, autocommit=True) as conn:
+            assert readiness_problems(conn, slot) == [
+                f"role {role} lacks the REPLICATION right: ALTER ROLE {role} REPLICATION"
+            ]
+    finally:
+        with psycopg.connect(url, autocommit=True) as conn:
+            conn.execute(f"DROP ROLE {role}")  # type: ignore[arg-type]
+
+
+def test_crash_after_pair_before_slot_advance_duplicates_nothing(tmp_path: Path, logical_source: Source) -> None:
+    config = extract_config(tmp_path, logical_source, "extract.max_pair_mb=0.02")
+    prepare(config, "CREATE TABLE t (id int PRIMARY KEY, pad text)")
+    execute(config, *(f"INSERT INTO t SELECT g, repeat('y', 100) FROM generate_series({k}, {k + 499}) g"
+                      for k in range(1, 2001, 500)))  # fmt: skip
+
+    assert config.source.url
+    with psycopg.connect(config.source.url) as conn:
+        confirmed_before = slot_state(conn, logical_source[1]).confirmed_flush
+
+    def crash(position: int) -> None:
+        raise RuntimeError("killed between the pair and the slot")
+
+    with pytest.raises(RuntimeError, match="killed"):
+        extract(config, advance=crash)
+    # Pairs are in place up to the first that holds a commit; the slot has not moved.
+    written = resume_point(config.intermediate_dir).next_seq - 1
+    assert written >= 2
+    assert config.source.url
+    with psycopg.connect(config.source.url) as conn:
+        state = slot_state(conn, logical_source[1])
+    assert state.confirmed_flush == confirmed_before
+    extract(config)
+    ids = [r["after"]["id"] for r in pair_rows(config.intermediate_dir)]
+    assert ids == list(range(1, 2001))
+    assert [e["record"] for e in trn_events(config.intermediate_dir)] == ["begin", "commit"] * 4
+
+
+def test_half_written_pair_is_ignored_and_written_again(tmp_path: Path, logical_source: Source) -> None:
+    config = extract_config(tmp_path, logical_source)
+    prepare(config, "CREATE TABLE t (id int PRIMARY KEY)")
+    execute(config, "INSERT INTO t VALUES (1)")
+    pairs = config.intermediate_dir
+    pairs.mkdir(parents=True)
+    (pairs / ".000000000001.dat.tmp").write_bytes(b"half")
+    (pairs / ".000000000001.trn.tmp").write_bytes(b"{")
+    (pairs / "000000000001.dat").write_bytes(b"renamed, but its .trn never was")
+    extract(config)
+    assert [r["after"] for r in pair_rows(pairs)] == [{"id": 1}]
+    assert sorted(p.name for p in pairs.iterdir()) == ["000000000001.dat", "000000000001.trn"]
+
+
+def test_second_run_continues_after_the_first(tmp_path: Path, logical_source: Source) -> None:
+    config = extract_config(tmp_path, logical_source)
+    prepare(config, "CREATE TABLE t (id int PRIMARY KEY)")
+    execute(config, "INSERT INTO t VALUES (1)")
+    extract(config)
+    assert extract(config).pairs == 0  # nothing new: no pair
+    execute(config, "INSERT INTO t VALUES (2)")
+    assert extract(config).pairs == 1
+    assert [r["after"] for r in pair_rows(config.intermediate_dir)] == [{"id": 1}, {"id": 2}]
