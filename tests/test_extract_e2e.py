@@ -16,11 +16,11 @@ from typing import Any
 
 import psycopg
 import pytest
-from extract_support import delta_row_set, execute, extract_config, pg_row_set, prepare
 
 from applier.engine.api import run_applier
 from applier.extract import extract
 from applier.intermediate.scan import scan_directory
+from extract_support import delta_row_set, execute, extract_config, pg_row_set, prepare
 
 pytestmark = [pytest.mark.postgres, pytest.mark.spark, pytest.mark.slow]
 
