@@ -247,3 +247,19 @@ def test_values_without_exact_spec_value_are_refused(oid: int, type_name: str, t
 def test_begin_message_times_are_utc_after_2000() -> None:
     message = po.parse(begin(0x500, 7))
     assert message == po.Begin(0x500, dt.datetime(2000, 1, 1, 0, 0, 1, tzinfo=dt.UTC), 7)
+
+
+def test_source_and_extract_keys_are_validated() -> None:
+    from applier.config import load_config
+    from applier.errors import ConfigError
+
+    base = ["configuration_name=c", "intermediate_dir=i", "output_dir=o", "target.path=t"]
+    config = load_config(None, [*base, "source.slot=s1", "source.include=public.a, public.b", "extract.max_pair_mb=8"])
+    assert config.source.include == frozenset({"public.a", "public.b"}) and config.extract.max_pair_mb == 8.0
+    assert config.extract.max_pair_seconds == 60.0 and config.source.url is None
+    with pytest.raises(ConfigError, match=r"'source\.slot': 'Bad-Slot'"):
+        load_config(None, [*base, "source.slot=Bad-Slot"])
+    with pytest.raises(ConfigError, match=r"'source\.exclude': 'orders'.*not schema\.table"):
+        load_config(None, [*base, "source.exclude=orders"])
+    with pytest.raises(ConfigError, match=r"'extract\.max_pair_mb': 0"):
+        load_config(None, [*base, "extract.max_pair_mb=0"])

@@ -6,14 +6,17 @@ what ``applier check`` runs) before it looks at their rows.
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 import psycopg
 import pytest
 
+from applier.cli import main
 from applier.errors import ExtractError
 from applier.extract import extract, resume_point
 from applier.extract.source import readiness_problems, slot_state
+from applier.intermediate.pairs import list_pairs
 from extract_support import execute, extract_config, pair_rows, prepare, trn_events
 
 pytestmark = pytest.mark.postgres
@@ -233,3 +236,43 @@ def test_second_run_continues_after_the_first(tmp_path: Path, logical_source: So
     execute(config, "INSERT INTO t VALUES (2)")
     assert extract(config).pairs == 1
     assert [r["after"] for r in pair_rows(config.intermediate_dir)] == [{"id": 1}, {"id": 2}]
+
+
+def test_follow_delivers_a_pair_from_a_quiet_source(tmp_path: Path, logical_source: Source) -> None:
+    config = extract_config(tmp_path, logical_source, "extract.max_pair_seconds=1")
+    prepare(config, "CREATE TABLE t (id int PRIMARY KEY)")
+    execute(config, "INSERT INTO t VALUES (1)")
+    started = time.monotonic()
+    delivered: list[float] = []
+
+    def stop() -> bool:
+        if list_pairs(config.intermediate_dir).pairs and not delivered:
+            delivered.append(time.monotonic() - started)
+        return bool(delivered) or time.monotonic() - started > 20
+
+    extract(config, follow=True, should_stop=stop)
+    assert delivered, "no pair while following"
+    assert [r["after"] for r in pair_rows(config.intermediate_dir)] == [{"id": 1}]
+
+
+def test_cli_setup_then_extract_and_refusal_exit_code(
+    tmp_path: Path, logical_source: Source, capsys: pytest.CaptureFixture[str]
+) -> None:
+    url, slot, publication = logical_source
+    execute(extract_config(tmp_path, logical_source), "CREATE TABLE t (id int PRIMARY KEY, d date)")
+    config_file = tmp_path / "extract.yaml"
+    config_file.write_text(
+        f"configuration_name: ext\nintermediate_dir: pairs\noutput_dir: out\ntarget:\n  path: target\n"
+        f"source:\n  url: '{url}'\n  slot: {slot}\n  publication: {publication}\n  include: [public.t]\n"
+    )
+    assert main(["extract", "--config", str(config_file), "--setup"]) == 0
+    assert f"publication {publication} created, slot {slot} created" in capsys.readouterr().out
+    execute(extract_config(tmp_path, logical_source), "INSERT INTO t VALUES (1, '2026-01-01')")
+    assert main(["extract", "--config", str(config_file)]) == 0
+    assert "1 pairs written, 1 transactions, 1 rows" in capsys.readouterr().out
+    assert main(["check", str(tmp_path / "pairs")]) == 0
+    execute(extract_config(tmp_path, logical_source), "INSERT INTO t VALUES (2, 'infinity')")
+    assert main(["extract", "--config", str(config_file)]) == 8
+    err = capsys.readouterr().err
+    assert err.startswith("applier: error: table public.t, column d: value 'infinity' cannot be extracted exactly")
+    assert len(err.strip().splitlines()) == 1

@@ -139,7 +139,8 @@ class _Extraction:
 
     def _committed(self, end_lsn: int, wrote: bool) -> None:
         self._handled_end = end_lsn
-        self._pending = self._pending or wrote
+        if wrote and not self._pending:
+            self._pending, self._pair_started = True, time.monotonic()  # a pair's age counts from its first commit
         self.summary.transactions += int(wrote)
         if self._pending and time.monotonic() - self._pair_started >= self.max_pair_seconds:
             self.writer.close()  # at a commit: no transaction is cut by a time-closed pair
