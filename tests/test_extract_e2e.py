@@ -10,7 +10,11 @@ each source table's row set equals its target's.
 
 from __future__ import annotations
 
+import random
+import signal
 import subprocess
+import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -18,7 +22,7 @@ import psycopg
 import pytest
 
 from applier.engine.api import run_applier
-from applier.extract import extract
+from applier.extract import extract, resume_point
 from applier.intermediate.scan import scan_directory
 from extract_support import delta_row_set, execute, extract_config, pg_row_set, prepare
 
@@ -102,3 +106,43 @@ def test_source_equals_target_after_extract_and_apply(
             schema, name = table.split(".")
             target = delta_row_set(config.target.path / schema / name) if source else source
         assert target == source, table
+
+
+def test_extractor_killed_at_random_moments_loses_and_duplicates_nothing(
+    tmp_path: Path, logical_source: tuple[str, str, str], spark: Any
+) -> None:
+    config = extract_config(tmp_path, logical_source, "extract.max_pair_mb=0.05", "extract.max_pair_seconds=0.2")
+    url, slot, publication = logical_source
+    prepare(config)
+    _pgbench(url, "-i", "-I", "dtpg", "-s", "1", "-q")
+    config_file = tmp_path / "extract.yaml"
+    config_file.write_text(
+        f"configuration_name: ext\nintermediate_dir: pairs\noutput_dir: out\ntarget:\n  path: target\n"
+        f"source:\n  url: '{url}'\n  slot: {slot}\n  publication: {publication}\nextract:\n  max_pair_mb: 0.05\n"
+    )
+    command = [sys.executable, "-m", "applier.cli", "extract", "--config", str(config_file), "--follow"]
+    params = psycopg.conninfo.conninfo_to_dict(url)
+    load = subprocess.Popen(
+        ["pgbench", "-h", str(params["host"]), "-p", str(params.get("port", 5432)), "-U", "postgres",
+         "-T", "8", "-c", "2", "-j", "1", str(params["dbname"])],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )  # fmt: skip
+    chance = random.Random(14)
+    kills = 0
+    while load.poll() is None:
+        extractor = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        time.sleep(chance.uniform(0.5, 2.0))
+        extractor.send_signal(signal.SIGKILL)
+        extractor.wait()
+        kills += 1
+    assert load.wait() == 0 and kills >= 3
+    assert resume_point(config.intermediate_dir).next_seq > kills  # the killed runs wrote pairs
+    extract(config)  # the last batch, after the load
+
+    scan = scan_directory(config.intermediate_dir)  # lsn order, one begin and one end per xid: no duplicate
+    assert not scan.open_xids
+    run_applier(config, spark=spark)
+    for table in ("public.pgbench_accounts", "public.pgbench_branches", "public.pgbench_tellers",
+                  "public.pgbench_history"):  # fmt: skip
+        schema, name = table.split(".")
+        assert delta_row_set(config.target.path / schema / name) == pg_row_set(url, table, source_types=True), table
