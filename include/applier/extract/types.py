@@ -3,30 +3,11 @@
 pgoutput sends every value in its type's text output form, as the decoding
 session prints it; :data:`SESSION_SETTINGS` fixes the settings that shape that
 text (ISO dates, UTC, shortest exact floats, hex bytea), so this module is a
-pure function of the text. The mapping, also in the README's "Extracting from
-PostgreSQL" section:
-
-==============================================  ================  =====================================
-PostgreSQL                                      spec type         notes
-==============================================  ================  =====================================
-``boolean``                                     ``boolean``
-``smallint``, ``integer``                       ``int``
-``bigint``                                      ``bigint``
-``real``                                        ``double``        the float4's exact value, widened
-``double precision``                            ``double``        NaN, ±Infinity as the spec's strings
-``numeric(p,s)``, p <= 38                       ``decimal(p,s)``  NaN, ±Infinity refused
-``numeric`` (no precision)                      ``decimal(38,18)`` a value with more than 20 integer or
-                                                                  18 fraction digits, NaN, ±Infinity
-                                                                  refused
-``text``, ``varchar(n)``, ``char(n)``,          ``string``        ``char(n)`` keeps its padding
-``name``, ``uuid``, ``json``, ``jsonb``
-``date``                                        ``date``          infinity, BC, year > 9999 refused
-``timestamp`` (without time zone)               ``timestamp``     read as UTC; same refusals
-``timestamptz``                                 ``timestamp``     in UTC; same refusals
-``bytea``                                       ``binary``        base64
-anything else (``time``, ``interval``, arrays,  refused           the table, column and type are named
-enums, domains, ``numeric(p,s)`` p > 38, …)
-==============================================  ================  =====================================
+pure function of the text. The mapping is documented in one table, the
+README's "Extracting from PostgreSQL" (types section); a type not in it, or a
+value its spec type cannot hold exactly, raises :class:`UnmappableError`, and
+the decoder names the table and column. ``timestamp without time zone`` is
+read as UTC.
 """
 
 from __future__ import annotations
