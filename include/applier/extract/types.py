@@ -22,6 +22,7 @@ from applier.intermediate.schema import decimal_pattern
 
 # Settings of the decoding session: the output functions pgoutput calls print with them.
 SESSION_SETTINGS = {
+    "client_encoding": "UTF8",  # pgoutput converts names and values to the client's encoding; the parser reads UTF-8
     "DateStyle": "ISO, YMD",
     "TimeZone": "UTC",
     "extra_float_digits": "1",
