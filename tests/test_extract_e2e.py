@@ -126,19 +126,23 @@ def test_extractor_killed_at_random_moments_loses_and_duplicates_nothing(
     params = psycopg.conninfo.conninfo_to_dict(url)
     load = subprocess.Popen(
         ["pgbench", "-h", str(params["host"]), "-p", str(params.get("port", 5432)), "-U", "postgres",
-         "-T", "8", "-c", "2", "-j", "1", str(params["dbname"])],
+         "-T", "10", "-c", "2", "-j", "1", str(params["dbname"])],
         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
     )  # fmt: skip
     chance = random.Random(14)
     kills = 0
     while load.poll() is None:
+        before = resume_point(config.intermediate_dir).next_seq
         extractor = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-        time.sleep(chance.uniform(0.5, 2.0))
+        deadline = time.monotonic() + 10  # the command starts in a second or two on a busy machine
+        while resume_point(config.intermediate_dir).next_seq == before and time.monotonic() < deadline:
+            time.sleep(0.05)
+        time.sleep(chance.uniform(0.0, 1.0))  # killed while it writes pairs, at a random moment
         extractor.send_signal(signal.SIGKILL)
         extractor.wait()
         kills += 1
     assert load.wait() == 0 and kills >= 3
-    assert resume_point(config.intermediate_dir).next_seq > kills  # the killed runs wrote pairs
+    assert resume_point(config.intermediate_dir).next_seq > kills  # each killed run wrote pairs
     extract(config)  # the last batch, after the load
 
     scan = scan_directory(config.intermediate_dir)  # lsn order, one begin and one end per xid: no duplicate
