@@ -303,3 +303,13 @@ def test_crash_right_after_each_slot_advance_loses_nothing(tmp_path: Path, logic
     assert len(seen) >= 5
     ids = [r["after"]["id"] for r in pair_rows(config.intermediate_dir)]
     assert ids == list(range(1, 1001))
+
+
+def test_column_type_change_after_a_restart_is_refused_too(tmp_path: Path, logical_source: Source) -> None:
+    config = extract_config(tmp_path, logical_source)
+    prepare(config, "CREATE TABLE t (id int PRIMARY KEY, qty int)")
+    execute(config, "INSERT INTO t VALUES (1, 1)")
+    extract(config)
+    execute(config, "ALTER TABLE t ALTER COLUMN qty TYPE bigint", "UPDATE t SET qty = 2")
+    with pytest.raises(ExtractError, match=r"table public\.t: column qty changed from int to bigint"):
+        extract(config)

@@ -20,7 +20,7 @@ the decoder refuses rather than write an lsn out of order.
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Callable, Collection
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -83,6 +83,7 @@ class Decoder:
         resume_after: the last lsn already written (in a complete pair, then as passed on);
             anything at or below is skipped, so a transaction decoded again is not written twice.
         on_commit: called with the source end position of each commit decoded and whether it was written.
+        written_definitions: each table's latest definition in the pairs already written.
     """
 
     def __init__(
@@ -94,6 +95,7 @@ class Decoder:
         exclude: Collection[str] = (),
         resume_after: int = -1,
         on_commit: Callable[[int, bool], None] | None = None,
+        written_definitions: Mapping[str, TableDef] | None = None,
     ) -> None:
         self.sink = sink
         self.key_lookup = key_lookup
@@ -102,6 +104,7 @@ class Decoder:
         self.on_commit = on_commit
         self._relations: dict[int, _Table | None] = {}
         self._defined: dict[str, TableDef] = {}
+        self.written_definitions = written_definitions or {}
         self._tx: _Transaction | None = None
         self.rows = 0
 
@@ -196,18 +199,19 @@ class Decoder:
         return _Table(definition, tuple(converters), rel.replica_identity, tuple(names.index(k) for k in key))
 
     def _define(self, definition: TableDef) -> None:
-        old = self._defined.get(definition.name)
-        if old == definition:
-            return
-        if old is not None:
+        # Compared with what this run defined, else with what earlier runs wrote (a restart
+        # must refuse a type change too: a pair the Applier refuses cannot be rewritten).
+        old = self._defined.get(definition.name, self.written_definitions.get(definition.name))
+        if old is not None and old != definition:
             problem = evolution_problem(old, definition)
             if problem:
                 raise ExtractError(
                     f"table {definition.name}: {problem}; only an added nullable column can be extracted "
                     "(stop, re-create the table's target and re-materialize it)"
                 )
-        self._defined[definition.name] = definition
-        self.sink.define_table(definition)
+        if self._defined.get(definition.name) != definition:
+            self._defined[definition.name] = definition
+            self.sink.define_table(definition)
 
     # -- row images ------------------------------------------------------------------
 

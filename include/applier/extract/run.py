@@ -43,12 +43,14 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import psycopg
+import pyarrow.parquet as pq
 
 from applier.config import Config
 from applier.errors import ConfigError, ExtractError
 from applier.extract import source
 from applier.extract.decode import Decoder
-from applier.intermediate.pairs import MIB, list_pairs
+from applier.intermediate.pairs import MIB, TABLES_METADATA_KEY, list_pairs
+from applier.intermediate.schema import TableDef, parse_table_def
 from applier.intermediate.writer import IntermediateWriter
 
 log = logging.getLogger(__name__)
@@ -82,6 +84,19 @@ def resume_point(directory: Path) -> ResumePoint:
         if header.get("last_lsn") is not None:
             return ResumePoint(pairs[-1].seq + 1, int(header["last_lsn"]))
     return ResumePoint(pairs[-1].seq + 1 if pairs else seqs[0], -1)
+
+
+def written_definitions(directory: Path) -> dict[str, TableDef]:
+    """Each table's latest definition in the complete pairs of ``directory`` (Parquet footers only)."""
+    found: dict[str, TableDef] = {}
+    if not directory.is_dir():
+        return found
+    seqs = sorted(int(p.name[:12]) for p in directory.glob("[0-9]*.trn") if p.name[:12].isdigit())
+    for pair in reversed(list_pairs(directory, seqs[0]).pairs if seqs else ()):
+        metadata = pq.read_metadata(pair.dat_path).metadata or {}
+        for name, raw in json.loads(metadata.get(TABLES_METADATA_KEY, b"{}")).items():
+            found.setdefault(name, parse_table_def(name, raw))
+    return found
 
 
 @dataclass
@@ -126,6 +141,7 @@ class _Extraction:
             exclude=src.exclude,
             resume_after=resume.last_lsn,
             on_commit=self._committed,
+            written_definitions=written_definitions(config.intermediate_dir),
         )
         self._advance = advance or (lambda pos: source.advance(self.ctl_conn, self.slot, pos))
         self._handled_end = 0  # end of the last commit decoded
