@@ -1,16 +1,16 @@
 """``applier extract``: a slot's changes to intermediate-file pairs, durable and exactly once.
 
-Decoder and transport, chosen by measurement (README "Extracting from
-PostgreSQL"; 200,000 changes, 53 MiB of WAL, 2 shared cores): pgoutput decodes
-in the server in 0.24 s against test_decoding's 0.44 s, and its binary
-messages are 31 MiB against test_decoding's 47 MiB of text; fetched through
-the SQL function with a psycopg 3 server-side cursor they arrive in 0.51 s
-(test_decoding 0.68 s, pg_recvlogical over the streaming protocol 1.0 s).
-Transport is not the cost: the Python decoder takes 2.1 s and the whole
-extraction, pairs written, 4.7 s (42,000 changes/s). So pgoutput (typed
-relation messages with key flags, which test_decoding's text lacks) through
-the SQL functions, which need no new dependency; the streaming protocol would
-add psycopg2 for no measurable gain.
+Decoder and transport, chosen by measurement (``python -m
+bench.extract_transport``; 200,000 changes, 65 MiB of WAL, 2 shared cores):
+pgoutput decodes in the server in 0.27 s against test_decoding's 0.45 s, and
+its binary messages are 31 MiB against test_decoding's 47 MiB of text;
+fetched through the SQL function with a psycopg 3 server-side cursor they
+arrive in 0.51 s (test_decoding 0.60 s, pg_recvlogical over the streaming
+protocol 1.35 s with its start). Transport is not the cost: the Python
+decoder takes 2.2 s and the whole extraction, pairs written, 5.4 s (37,000
+changes/s). So pgoutput (typed relation messages with key flags, which
+test_decoding's text lacks) through the SQL functions, which need no new
+dependency; the streaming protocol would add psycopg2 for no measurable gain.
 
 Exactly once. The slot's confirmed position only moves after the pairs
 holding every transaction it passes are in place:
