@@ -313,3 +313,26 @@ def test_column_type_change_after_a_restart_is_refused_too(tmp_path: Path, logic
     execute(config, "ALTER TABLE t ALTER COLUMN qty TYPE bigint", "UPDATE t SET qty = 2")
     with pytest.raises(ExtractError, match=r"table public\.t: column qty changed from int to bigint"):
         extract(config)
+
+
+def test_batches_bounded_by_wal_size_continue_exactly(tmp_path: Path, logical_source: Source) -> None:
+    config = extract_config(tmp_path, logical_source)
+    prepare(config, "CREATE TABLE t (id int PRIMARY KEY, pad text)")
+    assert config.source.url
+    with psycopg.connect(config.source.url, autocommit=True) as conn:
+        long_one = psycopg.connect(config.source.url)  # open across many bounded batches, committed last
+        long_one.execute("INSERT INTO t VALUES (0, 'long')")
+        for k in range(1, 41):
+            conn.execute(f"INSERT INTO t SELECT g, repeat('w', 200) FROM generate_series({k * 10}, {k * 10 + 9}) g")
+        long_one.execute("UPDATE t SET pad = 'long, last' WHERE id = 0")
+        long_one.commit()
+        long_one.close()
+        end = slot_state(conn, logical_source[1]).wal_end
+    # Ten batches of 10 KiB of WAL each stop mid-stream (other databases' WAL counts too, so
+    # they may not reach the end), then one batch to the end.
+    reached = [extract(config, max_wal_mb=0.01).confirmed_lsn for _ in range(10)]
+    assert reached == sorted(reached) and reached[0] < end
+    extract(config)
+    rows = pair_rows(config.intermediate_dir)
+    assert sorted(r["after"]["id"] for r in rows if r["op"] == "I") == [0, *range(10, 410)]
+    assert rows[-1]["op"] == "U" and rows[-1]["after"] == {"id": 0, "pad": "long, last"}
