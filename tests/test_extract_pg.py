@@ -168,6 +168,10 @@ def test_setup_warns_of_keyless_table_without_full_identity(tmp_path: Path, logi
         "and they cannot be extracted; run ALTER TABLE public.log REPLICA IDENTITY FULL"
     ]
     assert not setup_source(config).slot_created  # idempotent
+    with pytest.raises(psycopg.errors.ObjectNotInPrerequisiteState, match="does not have a replica identity"):
+        execute(config, "INSERT INTO log VALUES ('m')", "UPDATE log SET msg = 'n'")  # what the warning is about
+    execute(config, "ALTER TABLE log REPLICA IDENTITY FULL", "UPDATE log SET msg = 'n'")
+    assert setup_source(config).warnings == []
 
 
 def test_setup_names_a_missing_replication_right(logical_source: Source) -> None:
