@@ -71,6 +71,29 @@ def pg_url() -> Iterator[str]:
         yield url
 
 
+def pytest_sessionstart(session: pytest.Session) -> None:
+    """Under pytest-xdist, set ``wal_level=logical`` in the controller, before any worker connects.
+
+    A restart from a worker's fixture would cut the other worker's PostgreSQL
+    tests; here nobody is connected yet. Without workers, or when the run
+    leaves PostgreSQL tests out, the ``logical_decoding`` fixture does it when
+    a test first needs it.
+    """
+    config = session.config
+    if hasattr(config, "workerinput") or not getattr(config.option, "numprocesses", None):
+        return
+    if "not postgres" in (config.option.markexpr or ""):
+        return
+    import contextlib
+
+    import psycopg
+
+    from pg_support import ensure_logical_decoding
+
+    with contextlib.suppress(psycopg.OperationalError):  # no server: the PostgreSQL tests say so themselves
+        ensure_logical_decoding()
+
+
 @pytest.fixture(scope="session")
 def logical_decoding() -> None:
     """The server runs with ``wal_level=logical`` (set and restarted once if it is not; see tests/pg_support.py)."""

@@ -42,15 +42,24 @@ def ensure_logical_decoding(timeout_s: float = 60.0) -> None:
     the server is restarted (``pg_ctlcluster 15 main restart``, as root, as CI
     runs) and waited for. A server already at ``logical`` is left alone.
     """
+    import fcntl
     import subprocess
+
+    # One process at a time (pytest-xdist workers): the second finds the level set.
+    with open("/tmp/applier-tests-wal-level.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        with psycopg.connect(database_url("postgres"), autocommit=True) as admin:
+            level = admin.execute("SHOW wal_level").fetchone()
+            if level is not None and level[0] == "logical":
+                return
+            admin.execute("ALTER SYSTEM SET wal_level = logical")
+        subprocess.run(["pg_ctlcluster", "15", "main", "restart"], check=True)
+        _wait_for_logical(timeout_s)
+
+
+def _wait_for_logical(timeout_s: float) -> None:
     import time
 
-    with psycopg.connect(database_url("postgres"), autocommit=True) as admin:
-        level = admin.execute("SHOW wal_level").fetchone()
-        if level is not None and level[0] == "logical":
-            return
-        admin.execute("ALTER SYSTEM SET wal_level = logical")
-    subprocess.run(["pg_ctlcluster", "15", "main", "restart"], check=True)
     deadline = time.monotonic() + timeout_s
     while True:
         try:
