@@ -2,8 +2,8 @@
 
 A SQL script covers every mapped type, a composite key with key moves, keyless
 duplicates under REPLICA IDENTITY FULL, a long transaction spanning pairs, a
-rolled-back transaction, a savepoint rolled back and a truncate of two tables; pgbench then runs its
-TPC-B-like load for a few seconds. The extractor runs twice (once mid-way),
+rolled-back transaction, a savepoint rolled back, a truncate of two tables and
+an added column; pgbench then runs its TPC-B-like load for a few seconds. The extractor runs twice (once mid-way),
 ``applier run`` applies the pairs to a Delta and to a PostgreSQL target, and
 each source table's row set equals its target's.
 """
@@ -62,6 +62,8 @@ SCRIPT = (
     "BEGIN; INSERT INTO a VALUES (4, 'kept'); SAVEPOINT s; INSERT INTO a VALUES (5, 'rolled back to s'); "
     "ROLLBACK TO s; UPDATE a SET v = 'kept too' WHERE id = 3; COMMIT",
     "BEGIN; UPDATE big SET pad = 'updated' WHERE id % 3 = 0; DELETE FROM big WHERE id % 7 = 0; COMMIT",
+    "ALTER TABLE a ADD COLUMN extra int",
+    "INSERT INTO a VALUES (6, 'with an added column', 7); UPDATE a SET extra = 1 WHERE id = 3",
 )
 
 
