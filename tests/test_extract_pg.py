@@ -13,7 +13,8 @@ import psycopg
 import pytest
 
 from applier.cli import main
-from applier.errors import ExtractError
+from applier.engine.runlock import RunLock
+from applier.errors import ExtractError, RunLockedError
 from applier.extract import extract, resume_point
 from applier.extract.source import advance, readiness_problems, slot_state
 from applier.intermediate.pairs import list_pairs
@@ -228,7 +229,7 @@ def test_half_written_pair_is_ignored_and_written_again(tmp_path: Path, logical_
     (pairs / "000000000001.dat").write_bytes(b"renamed, but its .trn never was")
     extract(config)
     assert [r["after"] for r in pair_rows(pairs)] == [{"id": 1}]
-    assert sorted(p.name for p in pairs.iterdir()) == ["000000000001.dat", "000000000001.trn"]
+    assert sorted(p.name for p in pairs.iterdir()) == [".extract.lock", "000000000001.dat", "000000000001.trn"]
 
 
 def test_second_run_continues_after_the_first(tmp_path: Path, logical_source: Source) -> None:
@@ -340,3 +341,12 @@ def test_batches_bounded_by_wal_size_continue_exactly(tmp_path: Path, logical_so
     rows = pair_rows(config.intermediate_dir)
     assert sorted(r["after"]["id"] for r in rows if r["op"] == "I") == [0, *range(10, 410)]
     assert rows[-1]["op"] == "U" and rows[-1]["after"] == {"id": 0, "pad": "long, last"}
+
+
+def test_second_extractor_on_one_folder_is_refused(tmp_path: Path, logical_source: Source) -> None:
+    config = extract_config(tmp_path, logical_source)
+    prepare(config, "CREATE TABLE t (id int PRIMARY KEY)")
+    holder = RunLock(config.intermediate_dir, "ext", file_name=".extract.lock", activity="extracting into")
+    with holder, pytest.raises(RunLockedError, match=r"another run is extracting into this configuration: the lock"):
+        extract(config)
+    assert RunLockedError.exit_code == 6

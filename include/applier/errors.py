@@ -252,15 +252,16 @@ class RunLockedError(ApplierError):
 
     exit_code = 6
 
-    def __init__(self, lock: str, holder: str) -> None:
+    def __init__(self, lock: str, holder: str, activity: str = "applying") -> None:
         self.lock = lock
         self.holder = holder
+        self.activity = activity
         super().__init__(
-            f"another run is applying this configuration: {lock} is held by {holder}; this run changed nothing"
+            f"another run is {activity} this configuration: {lock} is held by {holder}; this run changed nothing"
         )
 
-    def __reduce__(self) -> tuple[type[RunLockedError], tuple[str, str]]:
-        return (type(self), (self.lock, self.holder))
+    def __reduce__(self) -> tuple[type[RunLockedError], tuple[str, str, str]]:
+        return (type(self), (self.lock, self.holder, self.activity))
 
 
 class StateFileError(ApplierError):

@@ -80,12 +80,24 @@ class RunLock:
         work_dir: the configuration's work folder (``config.work_dir``), created if missing.
         configuration_name: named in the refusal.
         run_key: the run's key, written into the holder record.
+        file_name: the lock file's name in ``work_dir`` (``applier extract`` locks its
+            intermediate folder with a name readers ignore).
+        activity: what the holder does, in the refusal (``applying``, ``extracting into``).
     """
 
-    def __init__(self, work_dir: Path, configuration_name: str, *, run_key: str | None = None) -> None:
-        self.path = Path(work_dir) / LOCK_FILE
+    def __init__(
+        self,
+        work_dir: Path,
+        configuration_name: str,
+        *,
+        run_key: str | None = None,
+        file_name: str = LOCK_FILE,
+        activity: str = "applying",
+    ) -> None:
+        self.path = Path(work_dir) / file_name
         self.configuration_name = configuration_name
         self.run_key = run_key
+        self.activity = activity
         self._fd: int | None = None
 
     @property
@@ -113,7 +125,7 @@ class RunLock:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             os.close(fd)
-            raise RunLockedError(self.describe_lock(), self._holder_text()) from None
+            raise RunLockedError(self.describe_lock(), self._holder_text(), self.activity) from None
         except BaseException:
             os.close(fd)
             raise
@@ -134,7 +146,8 @@ class RunLock:
 
     def describe_lock(self) -> str:
         """The lock in words: ``the run lock of configuration c (/…/run.lock)``."""
-        return f"the run lock of configuration {self.configuration_name} ({self.path})"
+        kind = "run lock" if self.activity == "applying" else f"lock for {self.activity}"
+        return f"the {kind} of configuration {self.configuration_name} ({self.path})"
 
     def _holder_text(self) -> str:
         """The holder named in the lock file, waiting briefly for one that has just taken the lock."""

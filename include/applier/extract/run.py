@@ -46,6 +46,7 @@ import psycopg
 import pyarrow.parquet as pq
 
 from applier.config import Config
+from applier.engine.runlock import RunLock
 from applier.errors import ConfigError, ExtractError
 from applier.extract import source
 from applier.extract.decode import Decoder
@@ -54,6 +55,7 @@ from applier.intermediate.schema import TableDef, parse_table_def
 from applier.intermediate.writer import IntermediateWriter
 
 log = logging.getLogger(__name__)
+LOCK_FILE = ".extract.lock"  # a dot name: readers of the folder ignore it
 WINDOW_BYTES = 256 * MIB  # WAL decoded per peek: bounds what the server materializes for one fetch
 POLL_SECONDS = 1.0
 
@@ -230,7 +232,24 @@ def extract(
     Raises:
         ExtractError: the source cannot be extracted as it stands (named table, column, value or setting).
         ConfigError: a ``source.*`` key is missing.
+        RunLockedError: another ``applier extract`` is writing into the intermediate folder.
     """
+    # One extractor per intermediate folder: two would write the same sequence numbers.
+    lock = RunLock(config.intermediate_dir, config.configuration_name, file_name=LOCK_FILE, activity="extracting into")
+    lock.acquire()
+    try:
+        return _extract_locked(config, follow, max_wal_mb, should_stop, advance)
+    finally:
+        lock.release()
+
+
+def _extract_locked(
+    config: Config,
+    follow: bool,
+    max_wal_mb: float | None,
+    should_stop: Callable[[], bool],
+    advance: Callable[[int], None] | None,
+) -> ExtractSummary:
     run = _Extraction(config, advance=advance)
     try:
         while True:
