@@ -206,6 +206,31 @@ def test_a_keyed_table_made_by_hand_without_a_key_index_is_refused_before_it_is_
     assert rows(pg_url, "shop.items", "id") == [(1, None, None)]
 
 
+def test_log_order_batches_runs_of_one_kind_and_falls_back_to_each_change_in_order(pg_url: str) -> None:
+    t = seeded(pg_url)  # holds 1, 2 (by hand) and 4
+    inserts = [(n, "shop.items", "I", None, f'{{"id": {n + 10}, "qty": {n}}}') for n in range(1, 6)]
+    held = (6, "shop.items", "I", None, '{"id": 2, "qty": 6}')  # the run's last insert collides
+    then = (7, "shop.items", "U", '{"id": 2}', '{"id": 2, "qty": 7}')  # and the update after it sees its row
+    deletes = [(8, "shop.items", "D", '{"id": 11}', None), (9, "shop.items", "D", '{"id": 12}', None)]
+    load = t.apply_log_order(2, Part(0, 1, 1), {}, changes(*inserts, held, then, *deletes), {ITEMS.name: ITEMS})
+    assert load.collisions == {ITEMS.name: {"insert": 1}}
+    assert load.statements == {ITEMS.name: {"I": 6, "U": 1, "D": 2}}
+    assert rows(pg_url, "shop.items", "id") == [
+        (1, 1, None), (2, 7, None), (4, 4, None), (13, 3, None), (14, 4, None), (15, 5, None)
+    ]  # fmt: skip
+
+
+def test_a_refused_change_in_a_batch_is_named_by_its_own_lsn_and_key(pg_url: str) -> None:
+    t = PostgresTarget(pg_url, "demo")
+    t.apply_cycle(1, {ITEMS.name: keyed(ITEMS, [{"id": 1, "qty": 1}])}, {})
+    with psycopg.connect(pg_url) as conn:
+        conn.execute("ALTER TABLE shop.items ADD CONSTRAINT qty_positive CHECK (qty > 0)")
+    run_ = [(n, "shop.items", "I", None, f'{{"id": {n + 10}, "qty": {-1 if n == 4 else n}}}') for n in range(1, 7)]
+    with pytest.raises(TargetError, match=r"table shop\.items: insert at lsn 4 at key id=14 failed.*qty_positive"):
+        t.apply_log_order(2, Part(0, 1, 1), {}, changes(*run_), {ITEMS.name: ITEMS})
+    assert rows(pg_url, "shop.items", "id") == [(1, 1, None)]
+
+
 # ------------------------------------------------------------------ through the engine
 
 

@@ -138,15 +138,74 @@ class LogOrder:
         self.statements: dict[str, dict[str, int]] = {}
 
     def apply(self, rows: pa.Table) -> None:
-        """Apply ``rows`` (``lsn, table, op, before, after``) in ``lsn`` order."""
+        """Apply ``rows`` (``lsn, table, op, before, after``) in ``lsn`` order.
+
+        A run of successive changes of one kind to one table (inserts, updates
+        or deletes; not a keyless update, which is two statements) goes to the
+        server as one batch of the same statement (``executemany``, pipelined)
+        inside a savepoint. When its row count shows a collision, or a change
+        is refused, the savepoint is rolled back and the run applied change
+        by change, which handles the collision in order or names the refused
+        change. Either way every statement runs in source order.
+        """
         ordered = rows.sort_by("lsn")
-        columns = [ordered.column(c).to_pylist() for c in ("lsn", "table", "op", "before", "after")]
-        for lsn, name, op, before, after in zip(*columns, strict=True):
-            try:
-                self._change(name, op, before, after)
-            except psycopg.Error:  # named by its lsn and key, worked out only now
-                with self._errors(f"{_OPS[op]} at lsn {lsn}{_key(self._tables[name], before, after)}", name):
-                    raise
+        changes = list(
+            zip(*(ordered.column(c).to_pylist() for c in ("lsn", "table", "op", "before", "after")), strict=True)
+        )
+        start = 0
+        while start < len(changes):
+            end = start + 1
+            kind = self._batchable(changes[start])
+            while kind is not None and end < len(changes) and self._batchable(changes[end]) == kind:
+                end += 1
+            run = changes[start:end]
+            if len(run) == 1 or not self._batch(run):
+                for lsn, name, op, before, after in run:
+                    try:
+                        self._change(name, op, before, after)
+                    except psycopg.Error:  # named by its lsn and key, worked out only now
+                        with self._errors(f"{_OPS[op]} at lsn {lsn}{_key(self._tables[name], before, after)}", name):
+                            raise
+            start = end
+
+    def _batchable(self, change: tuple[Any, ...]) -> tuple[str, str] | None:
+        """``(table, op)`` of a change that may share a batch with its neighbours of the same kind; None if not."""
+        _, name, op, _, _ = change
+        if op == "T" or (op == "U" and not self._tables[name].primary_key):
+            return None
+        return name, op
+
+    def _batch(self, run: list[tuple[Any, ...]]) -> bool:
+        """Apply a run of one kind at once; False (and nothing applied) when it must go change by change."""
+        _, name, op, _, _ = run[0]
+        table, ident = self._tables[name], self._idents[name]
+        images = [before if op == "D" else after for _, _, _, before, after in run]
+        values = _rows(table, images)
+        keyed = bool(table.primary_key)
+        if op == "I":
+            statement, params = _insert(ident, table, keyed=keyed), [[r[c] for c in table.column_names] for r in values]
+        elif op == "U":
+            old = _rows(table, [before for _, _, _, before, _ in run])
+            statement = _update_by_key(ident, table)
+            params = [
+                [*(r[c] for c in table.column_names), *(o[k] for k in table.primary_key)]
+                for r, o in zip(values, old, strict=True)
+            ]
+        elif keyed:
+            statement, params = _delete_by_key(ident, table), [[r[k] for k in table.primary_key] for r in values]
+        else:
+            statement, params = _delete_one_copy(ident, table), [[r[c] for c in table.column_names] for r in values]
+        try:
+            with self._conn.transaction():  # a savepoint
+                cursor = self._conn.cursor()
+                cursor.executemany(statement, params)
+                if cursor.rowcount != len(params):
+                    raise _Collided
+        except (_Collided, psycopg.Error):
+            return False
+        counts = self.statements.setdefault(name, {})
+        counts[op] = counts.get(op, 0) + len(run)
+        return True
 
     def _change(self, name: str, op: str, before: str | None, after: str | None) -> None:
         table, ident = self._tables[name], self._idents[name]
@@ -208,6 +267,18 @@ def _key(table: TableDef, before: str | None, after: str | None = None) -> str:
     except Exception:  # an image the statement will refuse with its own error
         return ""
     return " at key " + ", ".join(f"{k}={values[k]}" for k in table.primary_key)
+
+
+class _Collided(Exception):
+    """A batch's row count fell short: some change collided, and the batch goes change by change."""
+
+
+def _rows(table: TableDef, images: list[str | None]) -> list[dict[str, Any]]:
+    """Images' values, typed by the compile's rules, parsed together."""
+    if any(image is None for image in images):
+        raise ValueError(f"table {table.name}: a change lacks the image its operation needs")
+    columns = [array.to_pylist() for array in rules_of(table).parse([i for i in images if i is not None])]
+    return [dict(zip(table.column_names, row, strict=True)) for row in zip(*columns, strict=True)] if columns else []
 
 
 def _values(table: TableDef, image: str | None) -> dict[str, Any]:
