@@ -208,9 +208,10 @@ def insert_missing(ident: sql.Identifier, stage: sql.Identifier, table: TableDef
     filling, quadratic in the rows (38 s against MERGE's 0.27 s for 100,000
     rows, ``bench/pg_forms.py``). A unique index on another column still
     refuses a duplicate value. The target inserts net inserts with
-    :func:`insert_staged` once an ``UPDATE`` found none of their keys held
-    (1M rows: 2.9 s by ``ON CONFLICT``, about as fast as ``MERGE`` this way);
-    this form serves when some were.
+    :func:`insert_staged` once an ``UPDATE`` found none of their keys held,
+    as fast as ``MERGE``: ``ON CONFLICT``'s speculative inserts cost about
+    1.5 s more a million rows (docs/benchmarks.md). This form serves when
+    some keys were held.
     """
     return sql.SQL("INSERT INTO {} ({}) SELECT {} FROM {} WHERE {} = {} ON CONFLICT ({}) DO NOTHING").format(
         ident,
