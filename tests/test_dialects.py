@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 
+from airflow_support import airflow_home  # noqa: F401  (airflow_home: session fixture)
 from applier import config as config_module
 from applier.config import Config, TargetConfig, load_config
 from applier.errors import ConfigError
@@ -141,8 +142,10 @@ def test_a_new_target_type_is_one_registered_dialect(tmp_path: Path, monkeypatch
         target_overrides("mysql", {}, "t")
 
 
+@pytest.mark.airflow
 def test_the_hook_hands_a_connection_password_to_the_variable_its_dialect_names(
     monkeypatch: pytest.MonkeyPatch,
+    airflow_home: Path,  # noqa: F811  (Airflow configured before the hook imports it)
 ) -> None:
     from applier_airflow.hooks import ApplierHook
 
