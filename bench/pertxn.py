@@ -8,9 +8,10 @@ tables.
 
 **PostgreSQL** (:class:`PgPerTransaction`): per transaction, each touched
 table's net change (:func:`bench.source.transaction_net`) is COPYed into a
-staging table and applied with the target's own set-wise statements
-(``pg_sql.merge_keyed``, or ``delete_copies`` and ``insert_copies`` without a
-key; a truncate as ``TRUNCATE``), in one database transaction per source
+staging table and applied set-wise with one ``pg_sql.merge_keyed`` (the
+target's statement before it counted collisions, and the faster form:
+``pg-forms``), or ``delete_copies`` and ``insert_copies`` without a key (a
+truncate as ``TRUNCATE``), in one database transaction per source
 transaction. The staging tables are created once (temporary, shaped by the
 target's ``create_staging``), emptied by a ``DELETE`` in each transaction
 (``ON COMMIT DELETE ROWS`` costs a truncate of every staging table at every

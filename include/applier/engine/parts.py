@@ -160,9 +160,7 @@ def _apply_log_order(c: PartContext, part: Part, xid: str) -> Changed:
         )
     record_load(c.report, load, c.held, _quiet(c))
     for table, ops in load.statements.items():
-        net = c.report.net_rows.setdefault(table, {})
-        for op, n in ops.items():
-            net[op] = net.get(op, 0) + n
+        c.report.add_net_rows(table, ops)
     return log_changes(rows)
 
 

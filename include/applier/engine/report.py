@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from applier.engine.jsonlines import last_lines
+from applier.targets import collisions
 
 log = logging.getLogger("applier")
 
@@ -48,6 +49,13 @@ class CycleReport:
     groups: list[dict[str, Any]] = field(default_factory=list)
     exceptions: list[dict[str, Any]] = field(default_factory=list)
     collisions: dict[str, dict[str, int]] = field(default_factory=dict)
+
+    def add_net_rows(self, table: str, counts: dict[str, int]) -> None:
+        """Add a part's rows per operation to ``table``'s (a cycle applied in parts adds each part's)."""
+        net = self.net_rows.setdefault(table, {})
+        for op, n in counts.items():
+            if n:
+                net[op] = net.get(op, 0) + n
 
     @contextmanager
     def phase(self, name: str) -> Iterator[None]:
@@ -134,9 +142,7 @@ def collision_counts(reports: Iterable[dict[str, Any]]) -> dict[str, dict[str, i
     counts: dict[str, dict[str, int]] = {}
     for report in reports:
         for table, kinds in report.get("collisions", {}).items():
-            mine = counts.setdefault(table, {})
-            for kind, n in kinds.items():
-                mine[kind] = mine.get(kind, 0) + n
+            collisions.add(counts, table, kinds)
     return dict(sorted(counts.items()))
 
 

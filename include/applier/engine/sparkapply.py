@@ -304,10 +304,7 @@ def _table_weights(cycle: CycleInput, taken: Mapping[str, BufferedTxn]) -> dict[
 def _record(report: CycleReport, name: str, compiled: CompiledCycle) -> tuple[bool, int]:
     """Put one table's figures in the report; return (truncated, row-count change)."""
     stats = compiled.stats(name)
-    net = report.net_rows.setdefault(name, {})  # a cycle applied in parts adds each part's
-    for op, n in stats.items():
-        if n:
-            net[op] = net.get(op, 0) + n
+    report.add_net_rows(name, stats)
     truncated = name in compiled.truncated
     segments = [f"{name}: truncate"] if truncated else []
     if not compiled.tables[name].primary_key:

@@ -136,6 +136,15 @@ class LogOrder:
         self._conn, self._idents, self._tables, self._errors = conn, idents, tables, errors
         self.found: dict[str, Found] = {}
         self.statements: dict[str, dict[str, int]] = {}
+        self._rendered: dict[tuple[str, str], bytes] = {}
+
+    def _sql(self, name: str, form: str) -> bytes:
+        """Statement ``form`` for table ``name``, built and rendered once (it runs once a change)."""
+        found = self._rendered.get((name, form))
+        if found is None:
+            table, ident = self._tables[name], self._idents[name]
+            found = self._rendered[(name, form)] = _FORMS[form](ident, table).as_bytes(self._conn)
+        return found
 
     def apply(self, rows: pa.Table) -> None:
         """Apply ``rows`` (``lsn, table, op, before, after``) in ``lsn`` order.
@@ -178,23 +187,24 @@ class LogOrder:
     def _batch(self, run: list[tuple[Any, ...]]) -> bool:
         """Apply a run of one kind at once; False (and nothing applied) when it must go change by change."""
         _, name, op, _, _ = run[0]
-        table, ident = self._tables[name], self._idents[name]
+        table = self._tables[name]
         images = [before if op == "D" else after for _, _, _, before, after in run]
         values = _rows(table, images)
         keyed = bool(table.primary_key)
         if op == "I":
-            statement, params = _insert(ident, table, keyed=keyed), [[r[c] for c in table.column_names] for r in values]
+            form, params = "insert_free" if keyed else "insert", [[r[c] for c in table.column_names] for r in values]
         elif op == "U":
             old = _rows(table, [before for _, _, _, before, _ in run])
-            statement = _update_by_key(ident, table)
+            form = "update"
             params = [
                 [*(r[c] for c in table.column_names), *(o[k] for k in table.primary_key)]
                 for r, o in zip(values, old, strict=True)
             ]
         elif keyed:
-            statement, params = _delete_by_key(ident, table), [[r[k] for k in table.primary_key] for r in values]
+            form, params = "delete", [[r[k] for k in table.primary_key] for r in values]
         else:
-            statement, params = _delete_one_copy(ident, table), [[r[c] for c in table.column_names] for r in values]
+            form, params = "delete_copy", [[r[c] for c in table.column_names] for r in values]
+        statement = self._sql(name, form)
         try:
             with self._conn.transaction():  # a savepoint
                 cursor = self._conn.cursor()
@@ -216,37 +226,37 @@ class LogOrder:
             return
         if op in ("U", "D"):
             new = _values(table, after) if op == "U" else None
-            if self._remove(table, ident, _values(table, before), new):
+            if self._remove(name, table, _values(table, before), new):
                 self._count(name, "update" if op == "U" else "delete")
-        if (op == "I" or (op == "U" and not table.primary_key)) and self._insert(table, ident, _values(table, after)):
+        if (op == "I" or (op == "U" and not table.primary_key)) and self._insert(name, table, _values(table, after)):
             self._count(name, "insert")
 
-    def _remove(self, table: TableDef, ident: sql.Identifier, old: dict[str, Any], new: dict[str, Any] | None) -> bool:
+    def _remove(self, name: str, table: TableDef, old: dict[str, Any], new: dict[str, Any] | None) -> bool:
         """Delete the row ``old`` names, or (keyed, ``new`` given) update it to ``new``; True when there was none.
 
         A keyed update that finds no row inserts ``new`` instead.
         """
         if not table.primary_key:
             values = [old[c] for c in table.column_names]
-            return self._conn.execute(_delete_one_copy(ident, table), values).rowcount == 0
+            return self._conn.execute(self._sql(name, "delete_copy"), values).rowcount == 0
         key = [old[k] for k in table.primary_key]
         if new is None:
-            return self._conn.execute(_delete_by_key(ident, table), key).rowcount == 0
+            return self._conn.execute(self._sql(name, "delete"), key).rowcount == 0
         values = [new[c] for c in table.column_names]
-        if self._conn.execute(_update_by_key(ident, table), [*values, *key]).rowcount:
+        if self._conn.execute(self._sql(name, "update"), [*values, *key]).rowcount:
             return False
-        self._conn.execute(_insert(ident, table, keyed=False), values)
+        self._conn.execute(self._sql(name, "insert"), values)
         return True
 
-    def _insert(self, table: TableDef, ident: sql.Identifier, new: dict[str, Any]) -> bool:
+    def _insert(self, name: str, table: TableDef, new: dict[str, Any]) -> bool:
         """Insert ``new``; keyed, when its key holds a row, update that row instead: True then (a collision)."""
         values = [new[c] for c in table.column_names]
         if not table.primary_key:
-            self._conn.execute(_insert(ident, table, keyed=False), values)
+            self._conn.execute(self._sql(name, "insert"), values)
             return False
-        if self._conn.execute(_insert(ident, table, keyed=True), values).rowcount:
+        if self._conn.execute(self._sql(name, "insert_free"), values).rowcount:
             return False
-        self._conn.execute(_update_by_key(ident, table), [*values, *(new[k] for k in table.primary_key)])
+        self._conn.execute(self._sql(name, "update"), [*values, *(new[k] for k in table.primary_key)])
         return True
 
     def _count(self, name: str, kind: str) -> None:
@@ -274,19 +284,17 @@ class _Collided(Exception):
 
 
 def _rows(table: TableDef, images: list[str | None]) -> list[dict[str, Any]]:
-    """Images' values, typed by the compile's rules, parsed together."""
-    if any(image is None for image in images):
+    """Images' values, typed by the compile's rules (as the set-wise path would store them), parsed together."""
+    present = [image for image in images if image is not None]
+    if len(present) < len(images):
         raise ValueError(f"table {table.name}: a change lacks the image its operation needs")
-    columns = [array.to_pylist() for array in rules_of(table).parse([i for i in images if i is not None])]
-    return [dict(zip(table.column_names, row, strict=True)) for row in zip(*columns, strict=True)] if columns else []
+    columns = [array.to_pylist() for array in rules_of(table).parse(present)]
+    return [dict(zip(table.column_names, row, strict=True)) for row in zip(*columns, strict=True)]
 
 
 def _values(table: TableDef, image: str | None) -> dict[str, Any]:
-    """An image's values, typed by the compile's rules (as the set-wise path would store them)."""
-    if image is None:
-        raise ValueError(f"table {table.name}: a change lacks the image its operation needs")
-    columns = rules_of(table).parse([image])
-    return {c.name: array[0].as_py() for c, array in zip(table.columns, columns, strict=True)}
+    """One image's values (:func:`_rows`)."""
+    return _rows(table, [image])[0]
 
 
 def _match(table: TableDef, names: tuple[str, ...]) -> sql.Composed:
@@ -324,3 +332,13 @@ def _insert(ident: sql.Identifier, table: TableDef, *, keyed: bool) -> sql.Compo
         return sql.SQL("INSERT INTO {} ({}) VALUES ({})").format(ident, columns, values)
     key = sql.SQL(", ").join(sql.Identifier(c) for c in table.primary_key)
     return sql.SQL("INSERT INTO {} ({}) VALUES ({}) ON CONFLICT ({}) DO NOTHING").format(ident, columns, values, key)
+
+
+_FORMS: dict[str, Callable[[sql.Identifier, TableDef], sql.Composed]] = {
+    "insert": lambda ident, table: _insert(ident, table, keyed=False),
+    "insert_free": lambda ident, table: _insert(ident, table, keyed=True),
+    "update": _update_by_key,
+    "delete": _delete_by_key,
+    "delete_copy": _delete_one_copy,
+}
+"""The log-order statements, by form (see :meth:`LogOrder._sql`)."""
