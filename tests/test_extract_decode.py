@@ -155,14 +155,15 @@ def test_unchanged_toast_comes_from_the_full_old_row() -> None:
 
 def test_added_nullable_column_is_a_new_definition() -> None:
     wider = relation(10, "orders", "d", [("id", 23, -1, True), ("note", 25, -1, False), ("qty", 20, -1, False)])
-    sink = _decode(ORDERS, wider)
+    changes = (insert(10, "1", "a"), wider, insert(10, "2", "b", "3"))
+    sink = _decode(begin(0x500, 7), ORDERS, *changes, commit(0x500, 0x530))
     assert [d.column_names for d in sink.defs] == [("id", "note"), ("id", "note", "qty")]
 
 
 def test_column_type_change_stops_naming_the_table() -> None:
     changed = relation(10, "orders", "d", [("id", 20, -1, True), ("note", 25, -1, False)])
     with pytest.raises(ExtractError, match=r"table public\.orders: column id changed from int to bigint"):
-        _decode(ORDERS, changed)
+        _decode(begin(0x500, 7), ORDERS, insert(10, "1", "a"), changed, insert(10, "2", "b"))
 
 
 def test_truncate_of_two_tables_is_one_row_each() -> None:
@@ -179,7 +180,13 @@ def test_excluded_table_and_empty_transaction_write_nothing() -> None:
 
 def test_unknown_type_is_refused_naming_table_column_and_type() -> None:
     with pytest.raises(ExtractError, match=r"table public\.t, column at: type oid 1083 has no spec type"):
-        _decode(relation(12, "t", "d", [("at", 1083, -1, False)]))
+        _decode(begin(0x500, 7), relation(12, "t", "d", [("at", 1083, -1, False)]), insert(12, "10:00"))
+
+
+def test_table_left_out_is_not_refused_for_its_types() -> None:
+    rel = relation(12, "t", "d", [("at", 1083, -1, False)])
+    sink = _decode(begin(0x500, 7), rel, insert(12, "10:00"), commit(0x500, 0x530), include={"public.orders"})
+    assert sink.calls == [] and sink.defs == []
 
 
 def test_unmappable_value_names_table_column_and_value() -> None:

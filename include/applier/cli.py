@@ -107,6 +107,31 @@ def _build_parser() -> argparse.ArgumentParser:
         "--max-wal-mb", type=float, metavar="N", help="a batch reads at most N MiB of WAL (default: up to its end)"
     )
 
+    subscribe = _command(
+        commands, "subscribe", "add a table to running replication and materialize it (atomic, incremental, nonatomic)"
+    )
+    _add_config_args(subscribe)
+    subscribe.add_argument("--table", required=True, metavar="SCHEMA.TABLE", help="the source table")
+    subscribe.add_argument(
+        "--mode",
+        choices=("atomic", "incremental", "nonatomic"),
+        default="atomic",
+        help="atomic: one consistent copy in one target transaction (default); incremental: the same copy in "
+        "chunks of materialize.chunk_rows; nonatomic: no lock, chunks between watermarks, autocorrected",
+    )
+    subscribe.add_argument(
+        "--chunk-rows", type=int, metavar="N", help="rows per chunk for this table (default: materialize.chunk_rows)"
+    )
+    subscribe.add_argument(
+        "--no-extract", action="store_true", help="only record it: a running extractor materializes it"
+    )
+    subs = _command(commands, "subscriptions", "list subscriptions and their states; drop or resume one")
+    _add_config_args(subs)
+    which = subs.add_mutually_exclusive_group()
+    which.add_argument("--drop", metavar="SCHEMA.TABLE", help="leave the table's changes out from now on")
+    which.add_argument("--resume", metavar="SCHEMA.TABLE", help="retry a recovering subscription once fixed")
+    subs.add_argument("--purge", action="store_true", help="with --drop: truncate the table's target rows too")
+
     runs = _command(commands, "runs", "list the run ledger: each run key's status, mode, cycles and pairs")
     _add_config_args(runs)
 
@@ -178,6 +203,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         "advise": commands.advise,
         "exceptions": commands.exceptions,
     }
+    if args.command in ("subscribe", "subscriptions"):
+        from applier.extract import commands as extract_commands
+
+        handlers[args.command] = getattr(extract_commands, args.command)
     try:
         return handlers[args.command](args)
     except ApplierError as e:

@@ -26,6 +26,8 @@ from applier.intermediate.pairs import MIB
 from applier.targets import dialects
 from applier.targets.dialects import TARGET_TYPES
 
+MAX_CHUNK_ROWS = 1_000_000  # a chunk is one source transaction: its rows' lsns compose below 2^20
+
 _SPARK_CONF = "spark.conf"
 _SCHEMA_MAP = "target.schema_map"
 _ACTIONS = "errors.actions"
@@ -176,6 +178,20 @@ class ExtractConfig:
 
 
 @dataclass(frozen=True)
+class MaterializeConfig:
+    """``materialize.*``: how the extractor copies a newly subscribed table.
+
+    ``chunk_rows``: rows per chunk, each its own source transaction
+    (incremental and nonatomic modes). ``lock_timeout_s``: how long the
+    atomic and incremental modes wait for the brief ``SHARE`` lock that fixes
+    the copy's position; then the subscription is ``recovering``.
+    """
+
+    chunk_rows: int = 100_000
+    lock_timeout_s: float = 30.0
+
+
+@dataclass(frozen=True)
 class Config:
     """The whole, validated configuration of one Applier."""
 
@@ -188,6 +204,7 @@ class Config:
     errors: ErrorsConfig = ErrorsConfig()
     source: SourceConfig = SourceConfig()
     extract: ExtractConfig = ExtractConfig()
+    materialize: MaterializeConfig = MaterializeConfig()
 
     @property
     def work_dir(self) -> Path:
@@ -256,6 +273,8 @@ _KEYS: dict[str, tuple[Callable[[str, Any], Any], Any]] = {
     "source.exclude": (cv.table_names, frozenset()),
     "extract.max_pair_mb": (cv.positive_number, 64.0),
     "extract.max_pair_seconds": (cv.seconds("a pair closes at the next commit once this old"), 60.0),
+    "materialize.chunk_rows": (cv.int_range(1, MAX_CHUNK_ROWS, "rows per chunk of a copy"), 100_000),
+    "materialize.lock_timeout_s": (cv.seconds("the wait for the lock that fixes a copy's position"), 30.0),
 }
 _PATH_KEYS = ("intermediate_dir", "output_dir", "target.path")
 # None is their default, not "required".
@@ -425,5 +444,8 @@ def load_config(path: Path | str | None, overrides: Sequence[str] = ()) -> Confi
         ),
         extract=ExtractConfig(
             max_pair_mb=values["extract.max_pair_mb"], max_pair_seconds=values["extract.max_pair_seconds"]
+        ),
+        materialize=MaterializeConfig(
+            chunk_rows=values["materialize.chunk_rows"], lock_timeout_s=values["materialize.lock_timeout_s"]
         ),
     )

@@ -59,6 +59,15 @@ def int_at_least(lowest: int, meaning: str) -> Callable[[str, Any], int]:
     return check
 
 
+def int_range(lowest: int, highest: int, meaning: str) -> Callable[[str, Any], int]:
+    def check(key: str, v: Any) -> int:
+        if isinstance(v, bool) or not isinstance(v, int) or not lowest <= v <= highest:
+            raise ConfigError(key, v, f"use a whole number from {lowest:,} to {highest:,} ({meaning})")
+        return v
+
+    return check
+
+
 def megabytes_or_default(key: str, v: Any) -> float | None:
     if v is None:
         return None

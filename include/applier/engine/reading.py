@@ -50,6 +50,7 @@ class CycleInput:
         xid_table_rows: rows per transaction and table in these pairs.
         longest_image: per table, its longest image in these pairs (bytes).
         commit_seqs: xid -> the pair whose ``.trn`` holds its commit.
+        autocorrect: tables a nonatomic materialization copies in these pairs (``cdc.autocorrect``).
         read_seconds: how long reading and checking the pairs took.
     """
 
@@ -67,6 +68,7 @@ class CycleInput:
     xid_table_rows: Counter[tuple[str, str]] = field(default_factory=Counter)
     longest_image: dict[str, int] = field(default_factory=dict)
     commit_seqs: dict[str, int] = field(default_factory=dict)
+    autocorrect: set[str] = field(default_factory=set)
     read_seconds: float = 0.0
 
     @property
@@ -87,6 +89,7 @@ def _note_pair(into: CycleInput, pair: Pair) -> None:
     for table, longest in longest_images(pair.data).items():
         into.longest_image[table] = max(into.longest_image.get(table, 0), longest)
     into.truncates.extend(truncate_rows(pair.data))
+    into.autocorrect.update(pair.autocorrect)
     counts = pc.value_counts(pair.data["table"])
     names, numbers = counts.field("values").to_pylist(), counts.field("counts").to_pylist()
     into.table_rows.update(dict(zip(names, numbers, strict=True)))

@@ -282,6 +282,7 @@ class Applier:
             len(cycle.commits),
             len(cycle.rollbacks),
         )
+        self.target.autocorrect(frozenset(cycle.autocorrect))
         with report.phase("buffer"):
             still_open = set(validator.state.open_xids)
             buffer_open_rows(cycle, still_open, self.buffers)

@@ -20,8 +20,8 @@ the decoder refuses rather than write an lsn out of order.
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Callable, Collection, Mapping
-from dataclasses import dataclass
+from collections.abc import Callable, Collection, Iterable, Mapping
+from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from applier.errors import ExtractError
@@ -43,10 +43,34 @@ class Sink(Protocol):
     ) -> None: ...
     def begin(self, xid: str, lsn: int, ts: dt.datetime) -> None: ...
     def commit(self, xid: str, lsn: int, ts: dt.datetime) -> None: ...
+    def rollback(self, xid: str, lsn: int, ts: dt.datetime) -> None: ...
 
 
 KeyLookup = Callable[[str, str], tuple[str, ...]]
 """(schema, table) -> the table's primary-key columns, from the source catalog."""
+
+MARKER_PREFIX = "cdc-applier"
+"""The prefix of the logical messages the extractor commits into the source's WAL as markers."""
+
+
+@dataclass(frozen=True)
+class MarkerRows:
+    """What a live marker's transaction writes: an optional truncate of its table, then inserts."""
+
+    relation: po.Relation
+    truncate: bool = False
+    rows: Iterable[dict[str, Any]] = ()
+
+
+class Markers(Protocol):
+    """Subscriptions, as the decoder meets them (:class:`applier.extract.materialize.Materializer`)."""
+
+    @property
+    def watched(self) -> set[str]: ...
+    def included(self, table: str, position: int) -> bool | None: ...
+    def marker(self, payload: bytes, final_lsn: int) -> MarkerRows | None: ...
+    def marker_written(self, final_lsn: int, begin_lsn: int, commit_lsn: int) -> None: ...
+    def changed(self, table: str, op: str, before: dict[str, Any] | None, after: dict[str, Any] | None) -> None: ...
 
 
 @dataclass(frozen=True)
@@ -62,10 +86,14 @@ class _Table:
 @dataclass
 class _Transaction:
     xid: str
+    final: int  # the commit record's position
     base: int
     ts: dt.datetime
     index: int = 0
     begun: bool = False
+    cut: bool = False  # a stale marker's transaction whose rows a crash cut: it ends in a rollback
+    marker: bool = False  # a live marker's transaction
+    scope: dict[str, bool] = field(default_factory=dict)
 
 
 def _fix(table: str) -> str:
@@ -84,6 +112,9 @@ class Decoder:
             anything at or below is skipped, so a transaction decoded again is not written twice.
         on_commit: called with the source end position of each commit decoded and whether it was written.
         written_definitions: each table's latest definition in the pairs already written.
+        markers: the subscriptions: which tables are extracted from where, and what markers write.
+        finished_xids: transactions whose commit the last complete pair holds (a marker's
+            transaction decoded again is whole in the pairs, not cut).
     """
 
     def __init__(
@@ -96,13 +127,18 @@ class Decoder:
         resume_after: int = -1,
         on_commit: Callable[[int, bool], None] | None = None,
         written_definitions: Mapping[str, TableDef] | None = None,
+        markers: Markers | None = None,
+        finished_xids: Collection[str] = (),
     ) -> None:
         self.sink = sink
         self.key_lookup = key_lookup
         self.include, self.exclude = frozenset(include), frozenset(exclude)
         self.resume_after = resume_after
         self.on_commit = on_commit
-        self._relations: dict[int, _Table | None] = {}
+        self.markers = markers
+        self._finished = set(finished_xids)
+        self._relations: dict[int, po.Relation] = {}
+        self._tables: dict[po.Relation, _Table] = {}
         self._defined: dict[str, TableDef] = {}
         self.written_definitions = written_definitions or {}
         self._tx: _Transaction | None = None
@@ -114,18 +150,60 @@ class Decoder:
         if isinstance(message, po.Begin):
             if message.final_lsn >= MAX_POSITION:
                 raise ExtractError(f"source WAL position {message.final_lsn} is past what lsn composition holds")
-            self._tx = _Transaction(str(message.xid), message.final_lsn << INDEX_BITS, message.commit_time)
+            self._tx = _Transaction(
+                str(message.xid), message.final_lsn, message.final_lsn << INDEX_BITS, message.commit_time
+            )
         elif isinstance(message, po.Commit):
             self._commit(message)
         elif isinstance(message, po.Relation):
-            self._relations[message.oid] = self._relation(message)
+            self._relations[message.oid] = message
         elif isinstance(message, po.Insert | po.Update | po.Delete):
             self._change(message)
         elif isinstance(message, po.Truncate):
             for oid in message.relations:
-                table = self._relations.get(oid)
+                table = self._in_scope(oid)
                 if table is not None:
                     self._emit_row(table.definition.name, "T", None, None)
+        elif isinstance(message, po.LogicalMessage) and message.prefix == MARKER_PREFIX and message.transactional:
+            self._marker(message.content)
+
+    def image(self, relation: po.Relation, values: po.Tuple) -> dict[str, Any]:
+        """A row's text output as a spec image, converted as the stream's rows are (a copy's rows)."""
+        return self._image(self._table(relation), values)
+
+    def _in_scope(self, oid: int) -> _Table | None:
+        """The relation's table when its changes in the current transaction are extracted."""
+        rel = self._relations.get(oid)
+        if rel is None:
+            raise ExtractError(f"pgoutput sent a change of relation {oid} before describing it")
+        tx = self._transaction()
+        name = f"{rel.namespace}.{rel.name}"
+        included = tx.scope.get(name)
+        if included is None:
+            included = (not self.include or name in self.include) and name not in self.exclude
+            if self.markers is not None:
+                decided = self.markers.included(name, tx.final)
+                included = included if decided is None else decided
+            tx.scope[name] = included
+        return self._table(rel) if included else None
+
+    def _marker(self, payload: bytes) -> None:
+        tx = self._transaction()
+        if self.markers is None:
+            return
+        if tx.base <= self.resume_after:  # decoded before: whole in the pairs, or cut by a crash
+            tx.cut = tx.xid not in self._finished
+            return
+        result = self.markers.marker(payload, tx.final)
+        if result is None:
+            return  # a stale marker (an attempt a crash ended) writes nothing
+        tx.marker = True
+        name = self._table(result.relation).definition.name
+        self._begin(tx)
+        if result.truncate:
+            self._emit_row(name, "T", None, None)
+        for image in result.rows:
+            self._emit_row(name, "I", None, image)
 
     # -- transactions and lsn composition -------------------------------------------
 
@@ -135,29 +213,41 @@ class Decoder:
             raise ExtractError(f"transaction {tx.xid} has more than {MAX_INDEX - 1} changes, past lsn composition")
         return tx.base + tx.index
 
-    def _emit_row(self, table: str, op: str, before: dict[str, Any] | None, after: dict[str, Any] | None) -> None:
-        tx = self._transaction()
+    def _begin(self, tx: _Transaction) -> None:
         if not tx.begun:
             tx.begun = True
             if tx.base > self.resume_after:
                 self.sink.begin(tx.xid, tx.base, tx.ts)
                 self.resume_after = tx.base
+
+    def _emit_row(self, table: str, op: str, before: dict[str, Any] | None, after: dict[str, Any] | None) -> None:
+        tx = self._transaction()
+        self._begin(tx)
         lsn = self._next_lsn(tx)
         if lsn > self.resume_after:
             self.sink.row(lsn, tx.xid, table, op, before, after)
             self.resume_after = lsn
             self.rows += 1
+            if self.markers is not None and table in self.markers.watched:
+                self.markers.changed(table, op, before, after)
 
     def _commit(self, message: po.Commit) -> None:
         tx = self._transaction()
         self._tx = None
         written = False
-        if tx.begun:  # a transaction without extracted rows writes nothing
+        if tx.cut:  # its rows cannot be read again (the copy's snapshot is gone): they are taken back
+            lsn = self.resume_after + 1
+            self.sink.rollback(tx.xid, lsn, message.commit_time)
+            self.resume_after, written = lsn, True
+        elif tx.begun:  # a transaction without extracted rows writes nothing
             lsn = self._next_lsn(tx)
             if lsn > self.resume_after:
                 self.sink.commit(tx.xid, lsn, message.commit_time)
                 self.resume_after = lsn
                 written = True
+                if tx.marker and self.markers is not None:
+                    self._finished.add(tx.xid)
+                    self.markers.marker_written(tx.final, tx.base, lsn)
         if self.on_commit:
             self.on_commit(message.end_lsn, written)
 
@@ -168,10 +258,14 @@ class Decoder:
 
     # -- definitions -----------------------------------------------------------------
 
-    def _relation(self, rel: po.Relation) -> _Table | None:
+    def _table(self, rel: po.Relation) -> _Table:
+        table = self._tables.get(rel)
+        if table is None:
+            table = self._tables[rel] = self._relation(rel)
+        return table
+
+    def _relation(self, rel: po.Relation) -> _Table:
         name = f"{rel.namespace}.{rel.name}"
-        if (self.include and name not in self.include) or name in self.exclude:
-            return None
         try:
             check_table_name(name)
         except SchemaError as e:
@@ -238,7 +332,7 @@ class Decoder:
         return image
 
     def _change(self, message: po.Insert | po.Update | po.Delete) -> None:
-        table = self._relations.get(message.relation)
+        table = self._in_scope(message.relation)
         if table is None:
             return
         name = table.definition.name

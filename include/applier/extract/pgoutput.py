@@ -79,11 +79,20 @@ class Truncate:
 
 
 @dataclass(frozen=True)
+class LogicalMessage:
+    """A ``pg_logical_emit_message`` (sent with the option ``messages``): the materialization markers."""
+
+    transactional: bool
+    prefix: str
+    content: bytes
+
+
+@dataclass(frozen=True)
 class Ignored:
     kind: str
 
 
-Message = Begin | Commit | Relation | Insert | Update | Delete | Truncate | Ignored
+Message = Begin | Commit | Relation | Insert | Update | Delete | Truncate | LogicalMessage | Ignored
 
 
 class _Reader:
@@ -186,6 +195,11 @@ def parse(data: bytes) -> Message:
     if kind == "T":
         count, _options = r.unpack("!ib")
         return Truncate(tuple(r.unpack(f"!{count}I")))
-    if kind in ("O", "Y", "M"):
+    if kind == "M":
+        flags, _lsn = r.unpack("!bQ")
+        prefix = r.string()
+        (length,) = r.unpack("!i")
+        return LogicalMessage(bool(flags & 1), prefix, r.data[r.pos : r.pos + length])
+    if kind in ("O", "Y"):
         return Ignored(kind)
     raise ValueError(f"pgoutput message {kind!r} is not supported")

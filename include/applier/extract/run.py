@@ -50,6 +50,7 @@ from applier.engine.runlock import RunLock
 from applier.errors import ConfigError, ExtractError
 from applier.extract import source
 from applier.extract.decode import Decoder
+from applier.extract.materialize import Materializer
 from applier.intermediate.pairs import MIB, TABLES_METADATA_KEY, list_pairs
 from applier.intermediate.schema import TableDef, parse_table_def
 from applier.intermediate.writer import IntermediateWriter
@@ -62,10 +63,11 @@ POLL_SECONDS = 1.0
 
 @dataclass(frozen=True)
 class ResumePoint:
-    """Where a run continues: the next pair's number and the last lsn already written."""
+    """Where a run continues: the next pair's number, the last lsn already written, the last pair's commits."""
 
     next_seq: int
     last_lsn: int
+    committed: frozenset[str] = frozenset()
 
 
 def resume_point(directory: Path) -> ResumePoint:
@@ -83,8 +85,9 @@ def resume_point(directory: Path) -> ResumePoint:
     for pair in reversed(pairs):
         with open(pair.trn_path, encoding="utf-8") as fh:
             header = json.loads(fh.readline())
+            committed = frozenset(e["xid"] for e in map(json.loads, fh) if e.get("record") == "commit")
         if header.get("last_lsn") is not None:
-            return ResumePoint(pairs[-1].seq + 1, int(header["last_lsn"]))
+            return ResumePoint(pairs[-1].seq + 1, int(header["last_lsn"]), committed)
     return ResumePoint(pairs[-1].seq + 1 if pairs else seqs[0], -1)
 
 
@@ -130,11 +133,13 @@ class _Extraction:
         self.summary = ExtractSummary()
         self.max_pair_seconds = config.extract.max_pair_seconds
         resume = resume_point(config.intermediate_dir)
+        self.materializer = Materializer(config.intermediate_dir, config.materialize, url, self.publication)
         self.writer = IntermediateWriter(
             config.intermediate_dir,
             max_file_size_bytes=max(1, int(config.extract.max_pair_mb * MIB)),
             start_seq=resume.next_seq,
             on_pair=self._pair_written,
+            pair_metadata=self.materializer.pair_metadata,
         )
         self.decoder = Decoder(
             self.writer,
@@ -144,7 +149,10 @@ class _Extraction:
             resume_after=resume.last_lsn,
             on_commit=self._committed,
             written_definitions=written_definitions(config.intermediate_dir),
+            markers=self.materializer,
+            finished_xids=resume.committed,
         )
+        self.materializer.image_of = self.decoder.image
         self._advance = advance or (lambda pos: source.advance(self.ctl_conn, self.slot, pos))
         self._handled_end = 0  # end of the last commit decoded
         self._pending = False  # the writer holds rows not yet in a pair
@@ -152,6 +160,7 @@ class _Extraction:
         self._pair_started = time.monotonic()
 
     def close(self) -> None:
+        self.materializer.close()
         self.read_conn.close()
         self.ctl_conn.close()
 
@@ -169,6 +178,7 @@ class _Extraction:
         self.summary.pairs += 1
         self._pending = False
         self._pair_started = time.monotonic()
+        self.materializer.pair_written(self._handled_end)
         self._confirm(self._handled_end)
         log.info(
             "applier extract: pair %012d (%d bytes) in place, slot at %s", seq, size, source.lsn_text(self._handled_end)
@@ -253,11 +263,14 @@ def _extract_locked(
     run = _Extraction(config, advance=advance)
     try:
         while True:
+            run.materializer.prepare(run.ctl_conn)  # subscriptions: markers, and the next chunks
             state = source.slot_state(run.ctl_conn, run.slot)
             end = state.wal_end
             if max_wal_mb is not None:
                 end = min(end, state.confirmed_flush + int(max_wal_mb * MIB))
             run.batch(end)
+            if run.materializer.busy and not should_stop():
+                continue  # a nonatomic copy goes on, chunk by chunk, in a bounded batch too
             if not follow or should_stop():
                 break
             run.flush_if_quiet()

@@ -18,6 +18,8 @@ import psycopg
 from psycopg import sql
 
 from applier.errors import ExtractError
+from applier.extract.decode import MARKER_PREFIX
+from applier.extract.pgoutput import Relation, RelationColumn
 from applier.extract.types import SESSION_SETTINGS
 
 FETCH_ROWS = 2000
@@ -79,7 +81,7 @@ def peek(conn: psycopg.Connection[tuple[object, ...]], slot: str, publication: s
     """
     query = (
         "SELECT data FROM pg_logical_slot_peek_binary_changes(%s, %s::pg_lsn, NULL, "
-        "'proto_version', '1', 'publication_names', %s)"
+        "'proto_version', '1', 'publication_names', %s, 'messages', 'true')"
     )
     try:
         with conn.cursor(name="applier_extract_peek") as cur:
@@ -163,3 +165,79 @@ def create_slot(conn: psycopg.Connection[tuple[object, ...]], slot: str) -> bool
         return False
     conn.execute("SELECT pg_create_logical_replication_slot(%s, 'pgoutput')", (slot,))
     return True
+
+
+def emit_marker(conn: psycopg.Connection[tuple[object, ...]], payload: str) -> None:
+    """Commit a transactional logical message: a marker the decoder meets at its commit position."""
+    conn.execute("SELECT pg_logical_emit_message(true, %s, %s)", (MARKER_PREFIX, payload))
+    if not conn.autocommit:
+        conn.commit()
+
+
+def relation(conn: psycopg.Connection[tuple[object, ...]], table: str) -> Relation:
+    """A table as pgoutput's Relation message would describe it, from the catalog as it stands now.
+
+    Raises:
+        ExtractError: the table does not exist.
+    """
+    schema, name = table.split(".", 1)
+    row = conn.execute(
+        "SELECT c.oid, c.relreplident FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace "
+        "WHERE n.nspname = %s AND c.relname = %s AND c.relkind IN ('r', 'p')",
+        (schema, name),
+    ).fetchone()
+    if row is None:
+        raise ExtractError(f"table {table} does not exist in the source")
+    oid, identity = int(str(row[0])), str(row[1])
+    if identity == "i":
+        key_filter = "SELECT unnest(indkey) FROM pg_index WHERE indrelid = %s AND indisreplident"
+    else:  # pgoutput flags the primary key under the default identity; FULL and NOTHING look it up
+        key_filter = "SELECT unnest(indkey) FROM pg_index WHERE indrelid = %s AND indisprimary"
+    columns = conn.execute(
+        "SELECT attname, atttypid, atttypmod, attnum IN (" + key_filter + ") FROM pg_attribute "
+        "WHERE attrelid = %s AND attnum > 0 AND NOT attisdropped AND attgenerated = '' ORDER BY attnum",
+        (oid, oid),
+    ).fetchall()
+    return Relation(
+        oid,
+        schema,
+        name,
+        identity,
+        tuple(
+            RelationColumn(str(c[0]), int(str(c[1])), int(str(c[2])), bool(c[3]) and identity in "di") for c in columns
+        ),
+    )
+
+
+def select_text(table: Relation, where: sql.Composable | None = None) -> sql.Composed:
+    """``SELECT`` of every column of ``table`` as its text output (what pgoutput sends), then ``where``."""
+    return sql.SQL("SELECT {} FROM {} {}").format(
+        sql.SQL(", ").join(sql.SQL("{}::text").format(sql.Identifier(c.name)) for c in table.columns),
+        sql.Identifier(table.namespace, table.name),
+        where if where is not None else sql.SQL(""),
+    )
+
+
+def column_types(conn: psycopg.Connection[tuple[object, ...]], table: Relation, columns: Sequence[str]) -> list[str]:
+    """The SQL types of ``columns`` (``format_type``), to cast a key's text back in a comparison."""
+    rows = conn.execute(
+        "SELECT attname, format_type(atttypid, atttypmod) FROM pg_attribute WHERE attrelid = %s AND attnum > 0",
+        (table.oid,),
+    ).fetchall()
+    types = {str(r[0]): str(r[1]) for r in rows}
+    return [types[c] for c in columns]
+
+
+def publish(conn: psycopg.Connection[tuple[object, ...]], publication: str, table: str) -> None:
+    """Add ``table`` to the publication unless it publishes it already (or all tables)."""
+    schema, name = table.split(".", 1)
+    published = conn.execute(
+        "SELECT 1 FROM pg_publication_tables WHERE pubname = %s AND schemaname = %s AND tablename = %s",
+        (publication, schema, name),
+    ).fetchone()
+    if published is None:
+        conn.execute(
+            sql.SQL("ALTER PUBLICATION {} ADD TABLE {}").format(
+                sql.Identifier(publication), sql.Identifier(schema, name)
+            )
+        )

@@ -21,6 +21,7 @@ MAX_SEQ = 10**SEQ_DIGITS - 1
 DAT_COLUMNS = ("lsn", "xid", "table", "op", "before", "after")
 OPS = frozenset({"I", "U", "D", "T"})
 TABLES_METADATA_KEY = b"cdc.tables"
+AUTOCORRECT_METADATA_KEY = b"cdc.autocorrect"  # an extension: docs/materialization.md
 MIB = 1024 * 1024
 
 _PAIR_FILE = re.compile(r"(\d{12})\.(dat|trn)")

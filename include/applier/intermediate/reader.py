@@ -11,7 +11,7 @@ from __future__ import annotations
 import hashlib
 import json
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeGuard
 
@@ -21,7 +21,15 @@ import pyarrow.parquet as pq
 
 from applier.errors import CorruptPairError, InvalidChangeError
 from applier.intermediate.images import ImageProblem, check_images
-from applier.intermediate.pairs import DAT_COLUMNS, FORMAT_NAME, FORMAT_VERSION, OPS, TABLES_METADATA_KEY, PairRef
+from applier.intermediate.pairs import (
+    AUTOCORRECT_METADATA_KEY,
+    DAT_COLUMNS,
+    FORMAT_NAME,
+    FORMAT_VERSION,
+    OPS,
+    TABLES_METADATA_KEY,
+    PairRef,
+)
 from applier.intermediate.schema import SchemaError, TableDef, check_table_name, parse_table_def
 
 EVENT_RECORDS = frozenset({"begin", "commit", "rollback"})
@@ -73,6 +81,9 @@ class Pair:
         tables: the table definitions of its ``cdc.tables`` metadata.
         data: its rows (columns lsn, xid, table, op, and before and after when
             the images were checked).
+        autocorrect: tables a nonatomic materialization is copying, with the lsn
+            range of this pair their collisions are intended in (the extension
+            ``cdc.autocorrect``, docs/materialization.md).
     """
 
     ref: PairRef
@@ -80,6 +91,7 @@ class Pair:
     events: tuple[Event, ...]
     tables: dict[str, TableDef]
     data: pa.Table
+    autocorrect: dict[str, tuple[int, int]] = field(default_factory=dict)
 
     @property
     def seq(self) -> int:
@@ -191,7 +203,24 @@ def _check_dat_identity(ref: PairRef, header: Header) -> None:
         raise _corrupt(ref, ref.dat_path, "sha-mismatch", f"sha256 is {digest}, header says {header.dat_sha256}")
 
 
-def _read_dat(ref: PairRef, header: Header, *, images: bool) -> tuple[pa.Table, dict[str, TableDef]]:
+def _autocorrect(ref: PairRef, metadata: dict[bytes, bytes]) -> dict[str, tuple[int, int]]:
+    raw = metadata.get(AUTOCORRECT_METADATA_KEY)
+    if raw is None:
+        return {}
+    try:
+        ranges = json.loads(raw)
+        return {
+            str(name): (int(low), int(high))
+            for name, (low, high) in ranges.items()
+            if _is_int(low) and _is_int(high) and low <= high
+        }
+    except (ValueError, TypeError, AttributeError) as e:
+        raise _corrupt(ref, ref.dat_path, "dat-autocorrect-invalid", f"cdc.autocorrect: {e}") from e
+
+
+def _read_dat(
+    ref: PairRef, header: Header, *, images: bool
+) -> tuple[pa.Table, dict[str, TableDef], dict[str, tuple[int, int]]]:
     try:
         schema = pq.read_schema(ref.dat_path)
         wanted = None if images else [n for n in _STREAM_COLUMNS if n in schema.names]
@@ -228,7 +257,7 @@ def _read_dat(ref: PairRef, header: Header, *, images: bool) -> tuple[pa.Table, 
         raise _corrupt(
             ref, ref.dat_path, "rows-mismatch", f"file has {table.num_rows} rows, header says {header.dat_rows}"
         )
-    return table.select([n for n in DAT_COLUMNS if n in table.column_names]), defs
+    return table.select([n for n in DAT_COLUMNS if n in table.column_names]), defs, _autocorrect(ref, metadata)
 
 
 def _check_row_columns(ref: PairRef, table: pa.Table, defs: dict[str, TableDef]) -> None:
@@ -285,9 +314,9 @@ def read_pair(ref: PairRef, *, check_rows: bool = True) -> Pair:
     """
     header, events = read_trn(ref)
     _check_dat_identity(ref, header)
-    data, defs = _read_dat(ref, header, images=check_rows)
+    data, defs, autocorrect = _read_dat(ref, header, images=check_rows)
     _check_row_columns(ref, data, defs)
-    pair = Pair(ref, header, events, defs, data)
+    pair = Pair(ref, header, events, defs, data, autocorrect)
     _check_lsn_range(ref, header, pair)
     if check_rows:
         try:

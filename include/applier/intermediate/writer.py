@@ -73,6 +73,8 @@ class IntermediateWriter:
         start_seq: the sequence number of the first pair written.
         clock: returns the time written as the header's ``created_at``.
         on_pair: called with ``(seq, size_bytes)`` after each pair is in place.
+        pair_metadata: called with a pair's ``(first_lsn, last_lsn)`` as it is written: more
+            key-value metadata for its ``.dat`` (extensions a version-1 reader ignores).
     """
 
     def __init__(
@@ -83,6 +85,7 @@ class IntermediateWriter:
         start_seq: int = 1,
         clock: Callable[[], dt.datetime] | None = None,
         on_pair: Callable[[int, int], None] | None = None,
+        pair_metadata: Callable[[int | None, int | None], dict[bytes, str]] | None = None,
     ) -> None:
         if max_file_size_bytes <= 0:
             raise ValueError("max_file_size_bytes must be positive")
@@ -92,6 +95,7 @@ class IntermediateWriter:
         self.next_seq = start_seq
         self._clock = clock or (lambda: dt.datetime.now(dt.UTC))
         self._on_pair = on_pair
+        self._pair_metadata = pair_metadata
         self._defs: dict[str, TableDef] = {}
         self._last_lsn: int | None = None
         # Written bytes per estimated byte, learnt from each pair written (compression
@@ -183,6 +187,8 @@ class IntermediateWriter:
         metadata = {
             TABLES_METADATA_KEY: json.dumps(tables_metadata([self._defs[t] for t in sorted(self._tables_in_pair)]))
         }
+        if self._pair_metadata:
+            metadata.update(self._pair_metadata(self._first_lsn, self._last_lsn))
         table = pa.Table.from_pydict(self._rows, schema=DAT_SCHEMA.with_metadata(metadata))
         sink = pa.BufferOutputStream()
         pq.write_table(table, sink, compression="zstd")

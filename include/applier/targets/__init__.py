@@ -167,6 +167,10 @@ class Target(Protocol):
         """
         ...
 
+    def autocorrect(self, tables: frozenset[str]) -> None:
+        """From now on, ``tables``' collisions are a materialization's: neither counted nor refused."""
+        ...
+
     def committed_cycles(self, tables: Iterable[str]) -> dict[str, int]:
         """:meth:`committed_cycle` of each of ``tables``, in as few reads as the target allows.
 

@@ -23,6 +23,11 @@ names the conversions that are intended, for a recovery or a copy known to
 overlap: ``i2di`` (an insert is a delete and insert), ``u2di`` (an update is a
 delete and insert), ``d2none`` (a delete may find nothing). Those are neither
 counted nor refused.
+
+A table a nonatomic materialization is copying (its pairs name it in
+``cdc.autocorrect``, see docs/materialization.md) is *autocorrected* for the
+cycle: its collisions are the copy overlapping the change stream, intended,
+so neither counted nor refused.
 """
 
 from __future__ import annotations
@@ -54,11 +59,13 @@ class Collisions:
         refuse: whether a counted collision refuses its part (the action is
             neither ``warn`` nor ``ignore``).
         action: the configured action, named in messages.
+        autocorrect: tables whose collisions this cycle are a materialization's (neither counted nor refused).
     """
 
     convert: frozenset[str] = frozenset()
     refuse: bool = False
     action: str = "warn"
+    autocorrect: frozenset[str] = frozenset()
 
     @classmethod
     def of(cls, config: Config) -> Collisions:
@@ -73,6 +80,8 @@ class Collisions:
             TargetError: ``refuse`` and some count (class ``collision``, permanent):
                 the part must be rolled back.
         """
+        if table in self.autocorrect:
+            return {}
         counted = {kind: n for kind in KINDS if (n := found.get(kind, 0)) and CONVERSION[kind] not in self.convert}
         if counted and self.refuse:
             raise TargetError(

@@ -36,6 +36,7 @@ added after it. The target assumes it is the only writer of its tables.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 from collections.abc import Collection, Iterable, Mapping
@@ -264,6 +265,9 @@ class DeltaTarget:
         with _target_errors("_applier", "keeping a copy of the checkpoint"):
             self._checkpoint_copy.parent.mkdir(parents=True, exist_ok=True)
             write_atomically(self._checkpoint_copy, dict(state))
+
+    def autocorrect(self, tables: frozenset[str]) -> None:
+        self.collisions = dataclasses.replace(self.collisions, autocorrect=tables)
 
     def committed_cycles(self, tables: Iterable[str]) -> dict[str, int]:
         """:meth:`committed_cycle` of each table: every Delta table keeps its own log."""

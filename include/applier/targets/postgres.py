@@ -23,6 +23,7 @@ parameter. Messages never carry the connection password.
 
 from __future__ import annotations
 
+import dataclasses
 import re
 import time
 from collections.abc import Collection, Iterable, Mapping
@@ -154,6 +155,9 @@ class PostgresTarget:
         conn = self._db.get(0)
         with self._db.errors("keep a copy of the checkpoint", None), conn.transaction():
             self._row.save_state(conn, state)
+
+    def autocorrect(self, tables: frozenset[str]) -> None:
+        self._collisions = dataclasses.replace(self._collisions, autocorrect=tables)
 
     def committed_cycles(self, tables: Iterable[str]) -> dict[str, int]:
         """The last cycle committed, for every table at once: one read of the checkpoint row."""
