@@ -72,7 +72,6 @@ from applier.extract.subscriptions import Registry, Subscription
 from applier.intermediate.pairs import AUTOCORRECT_METADATA_KEY
 
 log = logging.getLogger(__name__)
-FETCH_ROWS = 2000
 Image = dict[str, Any]
 ImageOf = Callable[[Relation, Tuple], Image]
 """The decoder's conversion of a row's text output into a spec image."""
@@ -369,9 +368,7 @@ class Materializer:
             copy.close()
             raise
         lock.close()
-        cursor = copy.cursor(name="applier_materialize")
-        cursor.itersize = FETCH_ROWS
-        cursor.execute(source.select_text(relation))
+        cursor = source.select_text(copy, relation, name="applier_materialize")
         self._copies[attempt] = _Copy(relation, copy, iter(cursor), chunks, per_chunk)
         log.info(
             "applier extract: subscription %s (%s): copying %d rows, %d chunks", sub.table, sub.mode, count, chunks
@@ -416,7 +413,6 @@ class Materializer:
         self._marker(conn, sub.table, attempt, "low", c=chunked.chunk)
         rel = chunked.relation
         names = [c.name for c in rel.columns]
-        # Qualified: the select list's text casts keep the columns' names, and ORDER BY would sort the text.
         key_sql = sql.SQL(", ").join(sql.Identifier(rel.namespace, rel.name, k) for k in chunked.key)
         where = sql.SQL("ORDER BY {} LIMIT {}").format(key_sql, sql.Literal(self._chunk_rows(sub)))
         if chunked.after_key is not None:
@@ -425,7 +421,7 @@ class Materializer:
                 sql.SQL("{}::" + t).format(sql.Literal(v)) for v, t in zip(chunked.after_key, casts, strict=True)
             )
             where = sql.SQL("WHERE ({}) > ({}) ").format(key_sql, after) + where
-        rows = conn.execute(source.select_text(rel, where)).fetchall()
+        rows = source.select_text(conn, rel, where).fetchall()
         held: dict[tuple[Any, ...], Image] = {}
         for row in rows:
             image = self.image_of(rel, row)

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 
 import psycopg
 from psycopg import sql
+from psycopg.types.string import TextLoader
 
 from applier.errors import ExtractError
 from applier.extract.decode import MARKER_PREFIX
@@ -209,13 +210,26 @@ def relation(conn: psycopg.Connection[tuple[object, ...]], table: str) -> Relati
     )
 
 
-def select_text(table: Relation, where: sql.Composable | None = None) -> sql.Composed:
-    """``SELECT`` of every column of ``table`` as its text output (what pgoutput sends), then ``where``."""
-    return sql.SQL("SELECT {} FROM {} {}").format(
-        sql.SQL(", ").join(sql.SQL("{}::text").format(sql.Identifier(c.name)) for c in table.columns),
+def select_text(
+    conn: psycopg.Connection[tuple[object, ...]], table: Relation, tail: sql.Composable | None = None, *, name: str = ""
+) -> psycopg.Cursor[tuple[object, ...]]:
+    """A cursor over every column of ``table`` as its type's text output, as pgoutput sends it, then ``tail``.
+
+    The values load as the server's text (a cast to ``text`` would not do: it
+    trims a ``char(n)``'s padding). ``name``: a server-side cursor that streams.
+    """
+    cursor: psycopg.Cursor[tuple[object, ...]] = conn.cursor(name=name) if name else conn.cursor()
+    for column in table.columns:
+        cursor.adapters.register_loader(column.type_oid, TextLoader)
+    query = sql.SQL("SELECT {} FROM {} {}").format(
+        sql.SQL(", ").join(sql.Identifier(c.name) for c in table.columns),
         sql.Identifier(table.namespace, table.name),
-        where if where is not None else sql.SQL(""),
+        tail if tail is not None else sql.SQL(""),
     )
+    if isinstance(cursor, psycopg.ServerCursor):
+        cursor.itersize = FETCH_ROWS
+    cursor.execute(query)
+    return cursor
 
 
 def column_types(conn: psycopg.Connection[tuple[object, ...]], table: Relation, columns: Sequence[str]) -> list[str]:
