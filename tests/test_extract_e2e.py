@@ -5,11 +5,14 @@ duplicates under REPLICA IDENTITY FULL, a long transaction spanning pairs, a
 rolled-back transaction, a savepoint rolled back, a truncate of two tables and
 an added column; pgbench then runs its TPC-B-like load for a few seconds. The extractor runs twice (once mid-way),
 ``applier run`` applies the pairs to a Delta and to a PostgreSQL target, and
-each source table's row set equals its target's.
+each source table's row set equals its target's. Under pgbench, the extractor
+and then the Applier are SIGKILLed at random moments; nothing is lost or
+applied twice.
 """
 
 from __future__ import annotations
 
+import os
 import random
 import signal
 import subprocess
@@ -149,6 +152,21 @@ def test_extractor_killed_at_random_moments_loses_and_duplicates_nothing(
 
     scan = scan_directory(config.intermediate_dir)  # lsn order, one begin and one end per xid: no duplicate
     assert not scan.open_xids
+
+    # The Applier, SIGKILLed at a random moment once it has committed a cycle, then run again to the end.
+    applier = subprocess.Popen(
+        [sys.executable, "-m", "applier.cli", "run", "--config", str(config_file),
+         "--set", "apply.process_intermediate_size_per_job=0.1"],
+        cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
+    )  # fmt: skip
+    checkpoint = tmp_path / "out" / "ext" / "checkpoint.json"
+    deadline = time.monotonic() + 300
+    while not checkpoint.exists() and applier.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.1)
+    time.sleep(chance.uniform(0.0, 3.0))
+    killed = applier.poll() is None
+    os.killpg(applier.pid, signal.SIGKILL)
+    assert applier.wait() in (0, -signal.SIGKILL) and killed and checkpoint.exists()
     run_applier(config, spark=spark)
     for table in ("public.pgbench_accounts", "public.pgbench_branches", "public.pgbench_tellers",
                   "public.pgbench_history"):  # fmt: skip
