@@ -270,3 +270,22 @@ def test_source_and_extract_keys_are_validated() -> None:
         load_config(None, [*base, "source.exclude=orders"])
     with pytest.raises(ConfigError, match=r"'extract\.max_pair_mb': 0"):
         load_config(None, [*base, "extract.max_pair_mb=0"])
+
+
+def test_materialize_keys_are_validated() -> None:
+    from applier.config import load_config
+    from applier.errors import ConfigError
+
+    base = ["configuration_name=c", "intermediate_dir=i", "output_dir=o", "target.path=t"]
+    config = load_config(None, [*base, "materialize.chunk_rows=5000"])
+    assert (config.materialize.chunk_rows, config.materialize.lock_timeout_s) == (5000, 30.0)
+    with pytest.raises(ConfigError, match=r"'materialize\.chunk_rows': 2000000.*from 1 to 1,000,000"):
+        load_config(None, [*base, "materialize.chunk_rows=2000000"])
+    with pytest.raises(ConfigError, match=r"'materialize\.lock_timeout_s': -1"):
+        load_config(None, [*base, "materialize.lock_timeout_s=-1"])
+
+
+def test_logical_message_is_parsed() -> None:
+    content = b'{"t": "public.t", "a": "x", "k": "start"}'
+    data = b"M" + struct.pack("!bQ", 1, 0x700) + _s("cdc-applier") + struct.pack("!i", len(content)) + content
+    assert po.parse(data) == po.LogicalMessage(True, "cdc-applier", content)

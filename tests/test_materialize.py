@@ -246,3 +246,36 @@ def test_drop_with_purge_truncates_then_leaves_the_table_out(tmp_path: Path, log
     assert replay(config.intermediate_dir, "public.t") == Counter()  # purged at the drop
     images = [json.loads(r["after"]) for r in _rows(config.intermediate_dir) if r["table"] == "public.t" and r["after"]]
     assert {"id": 2, "v": 7} in images and {"id": 3, "v": 8} not in images  # before the drop, and nothing after
+
+
+def test_cli_subscribe_lists_and_refuses_with_exit_codes(
+    tmp_path: Path, logical_source: Source, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from applier.cli import main
+
+    config = _setup(tmp_path, logical_source)
+    execute(config, "CREATE TABLE bag (v int)", "ALTER TABLE bag REPLICA IDENTITY FULL")
+    url, slot, publication = logical_source
+    config_file = tmp_path / "c.yaml"
+    config_file.write_text(
+        f"configuration_name: ext\nintermediate_dir: {tmp_path / 'pairs'}\noutput_dir: {tmp_path / 'out'}\n"
+        f"target:\n  path: {tmp_path / 'target'}\n"
+        f"source:\n  url: '{url}'\n  slot: {slot}\n  publication: {publication}\n  include: [public.base]\n"
+    )
+    args = ["--config", str(config_file)]
+    assert main(["subscribe", *args, "--table", "public.t", "--mode", "incremental", "--chunk-rows", "2500"]) == 0
+    out = capsys.readouterr().out
+    assert "subscription public.t (incremental) defined" in out and "public.t  incremental  activating" in out
+    assert "6000 rows copied" in out
+    assert main(["subscribe", *args, "--table", "public.t"]) == 2  # one subscription a table
+    assert "has a subscription already (activating)" in capsys.readouterr().err
+    assert main(["subscribe", *args, "--table", "public.bag", "--mode", "nonatomic"]) == 8
+    assert "error: table public.bag has no primary key" in capsys.readouterr().out
+    assert main(["subscriptions", *args, "--drop", "public.nope"]) == 2
+    assert "table public.nope has no subscription" in capsys.readouterr().err
+    assert main(["subscriptions", *args]) == 0
+    listing = capsys.readouterr().out.splitlines()
+    assert [line.split("  ")[:3] for line in listing] == [
+        ["public.bag", "nonatomic", "defined recovering"],
+        ["public.t", "incremental", "activating"],
+    ]
