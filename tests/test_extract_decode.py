@@ -14,7 +14,7 @@ import pytest
 
 from applier.errors import ExtractError
 from applier.extract import pgoutput as po
-from applier.extract.decode import INDEX_BITS, Decoder
+from applier.extract.decode import Decoder, Position
 from applier.extract.types import UnmappableError, spec_type, value_converter
 from applier.intermediate.schema import TableDef
 
@@ -86,6 +86,9 @@ class Sink:
     def commit(self, xid: str, lsn: int, ts: dt.datetime) -> None:
         self.calls.append(("commit", lsn, xid))
 
+    def rollback(self, xid: str, lsn: int, ts: dt.datetime) -> None:
+        self.calls.append(("rollback", lsn, xid))
+
 
 ORDERS = relation(10, "orders", "d", [("id", 23, -1, True), ("note", 25, -1, False)])
 
@@ -98,30 +101,54 @@ def _decode(*messages: bytes, **kwargs: Any) -> Sink:
     return sink
 
 
-def test_lsn_is_commit_position_and_index_in_transaction() -> None:
-    sink = _decode(
+def test_lsns_count_on_and_each_item_has_its_source_position() -> None:
+    sink = Sink()
+    decoder = Decoder(sink, lambda schema, table: (), next_lsn=41)
+    positions = []
+    for m in (
         begin(0x500, 7), ORDERS, insert(10, "1", "a"), insert(10, "2", None), commit(0x500, 0x530),
         begin(0x600, 8), update(10, ("1", "b")), commit(0x600, 0x630),
-    )  # fmt: skip
-    base7, base8 = 0x500 << INDEX_BITS, 0x600 << INDEX_BITS
+    ):  # fmt: skip
+        decoder.handle(m)
+        positions.append(decoder.done)
     assert sink.calls == [
-        ("begin", base7, "7"),
-        ("row", base7 + 1, "7", "public.orders", "I", None, {"id": 1, "note": "a"}),
-        ("row", base7 + 2, "7", "public.orders", "I", None, {"id": 2, "note": None}),
-        ("commit", base7 + 3, "7"),
-        ("begin", base8, "8"),
-        ("row", base8 + 1, "8", "public.orders", "U", {"id": 1}, {"id": 1, "note": "b"}),
-        ("commit", base8 + 2, "8"),
+        ("begin", 41, "7"),
+        ("row", 42, "7", "public.orders", "I", None, {"id": 1, "note": "a"}),
+        ("row", 43, "7", "public.orders", "I", None, {"id": 2, "note": None}),
+        ("commit", 44, "7"),
+        ("begin", 45, "8"),
+        ("row", 46, "8", "public.orders", "U", {"id": 1}, {"id": 1, "note": "b"}),
+        ("commit", 47, "8"),
     ]
+    assert positions[2:5] == [Position(0x500, 2), Position(0x500, 3), Position(0x500)]  # begin and a row, two; whole
+    assert positions[-2:] == [Position(0x600, 2), Position(0x600)]
     assert sink.defs[0].primary_key == ("id",)
     assert [c.nullable for c in sink.defs[0].columns] == [False, True]
 
 
-def test_restart_skips_everything_at_or_below_the_last_written_lsn() -> None:
-    messages = (begin(0x500, 7), ORDERS, insert(10, "1", "a"), insert(10, "2", "b"), commit(0x500, 0x530))
-    sink = _decode(*messages, resume_after=(0x500 << INDEX_BITS) + 1)
-    assert [c[0] for c in sink.calls] == ["row", "commit"]
-    assert sink.calls[0][1] == (0x500 << INDEX_BITS) + 2
+def test_restart_skips_everything_at_or_before_the_last_written_position() -> None:
+    first = (begin(0x400, 6), ORDERS, insert(10, "9", "z"), commit(0x400, 0x430))
+    messages = (*first, begin(0x500, 7), insert(10, "1", "a"), insert(10, "2", "b"), commit(0x500, 0x530))
+    sink = _decode(*messages, resume=Position(0x500, 2), next_lsn=100)  # its begin and first row are written
+    assert sink.calls == [
+        ("row", 100, "7", "public.orders", "I", None, {"id": 2, "note": "b"}),
+        ("commit", 101, "7"),
+    ]
+    assert _decode(*messages, resume=Position(0x500)).calls == []  # whole
+
+
+def test_a_transaction_of_more_than_a_million_rows_is_numbered_on() -> None:
+    class Counting(Sink):
+        def row(self, lsn: int, xid: str, table: str, op: str, before: Any, after: Any) -> None:
+            self.calls.append(lsn)  # type: ignore[arg-type]
+
+    sink = Counting()
+    decoder = Decoder(sink, lambda schema, table: ())
+    row = insert(10, "1", "a")
+    for m in (begin(0x500, 7), ORDERS, *([row] * 1_100_000), commit(0x500, 0x530)):
+        decoder.handle(m)
+    assert sink.calls[0] == ("begin", 1, "7") and sink.calls[-1] == ("commit", 1_100_002, "7")
+    assert sink.calls[-2] == 1_100_001
 
 
 def test_key_move_keeps_old_key_in_before() -> None:

@@ -316,7 +316,8 @@ def prunable_pairs(
 ) -> list[int]:
     """The pairs retention deletes: applied, before ``restart_seq``, written and applied before ``cutoff``.
 
-    A pair is written before the cycle that takes it commits, so a pair written
+    Never the newest pair: a writer resuming (``applier extract``) reads its
+    position from it. A pair is written before the cycle that takes it commits, so a pair written
     after ``cutoff`` belongs to no cycle committed before it (runs without a
     run key record no cycle; their pairs go by this rule alone).
 
@@ -332,7 +333,8 @@ def prunable_pairs(
         The sequence numbers, ascending.
     """
     protected = protected_pairs(records, cutoff)
-    limit = min(checkpoint.restart_seq, checkpoint.applied_seq + 1)
+    # The newest pair stays: a writer resuming (applier extract) reads its position from it.
+    limit = min(checkpoint.restart_seq, checkpoint.applied_seq + 1, max(present, default=0))
     return sorted(seq for seq, written in present.items() if seq < limit and written <= cutoff and seq not in protected)
 
 

@@ -3,18 +3,20 @@
 Pure apart from the sink it calls (the project's
 :class:`~applier.intermediate.writer.IntermediateWriter`) and the catalog
 look-up of a primary key. Decoding whole transactions in commit order (no
-streaming), the decoder composes each ``lsn`` as spec §7 allows:
+streaming), the decoder numbers each row and event it hands on with the next
+``lsn`` of one counter, as spec §7 allows (the extractor's position in the
+stream it decodes): strictly increasing, with no bound on a transaction's
+size or on the source's WAL position.
 
-    lsn = commit position << 20 | index within the transaction
-
-with index 0 for ``begin``, 1..n for the rows and n+1 for ``commit``, and the
-commit position the start of the transaction's commit record (pgoutput's
-``final_lsn``). Commit positions strictly increase in commit order, so the
-lsn does too; and the same transaction decoded twice gets the same numbers,
-which is what lets a restart skip exactly what a complete pair already holds
-(``resume_after``). It holds while the source's WAL position is below
-2^43 (8 TiB) and a transaction has fewer than 2^20 - 1 changes; past either
-the decoder refuses rather than write an lsn out of order.
+What makes a restart exact is the **source position** of the last thing
+handed on: a :class:`Position`, the transaction's commit position (pgoutput's
+``final_lsn``, the start of its commit record; commit positions strictly
+increase in commit order) and how many of its items (``begin``, rows,
+``commit``) were handed on. Each pair records the position of its last item
+(``cdc.extract`` in its Parquet metadata); a restart decodes again from the
+slot and skips everything at or before the last complete pair's position,
+then numbers on from its ``last_lsn``. The same transaction decoded twice
+gives its items in the same order, so the skip is exact.
 """
 
 from __future__ import annotations
@@ -29,9 +31,29 @@ from applier.extract import pgoutput as po
 from applier.extract.types import UnmappableError, spec_type, value_converter
 from applier.intermediate.schema import Column, SchemaError, TableDef, check_table_name, evolution_problem
 
-INDEX_BITS = 20
-MAX_INDEX = (1 << INDEX_BITS) - 1
-MAX_POSITION = 1 << (63 - INDEX_BITS)
+WHOLE = 1 << 62
+"""The item count of a :class:`Position` that stands for a whole transaction, its commit included."""
+
+
+@dataclass(frozen=True, order=True)
+class Position:
+    """A point of the source's stream: a transaction's commit position and how many of its items were handed on."""
+
+    commit: int
+    items: int = WHOLE
+
+    def metadata(self) -> dict[str, int | None]:
+        """The pair metadata ``cdc.extract`` of a pair whose last item is here."""
+        return {"commit": self.commit, "items": None if self.items == WHOLE else self.items}
+
+    @classmethod
+    def of(cls, raw: dict[str, int | None]) -> Position:
+        items = raw.get("items")
+        return cls(int(raw["commit"] or 0), WHOLE if items is None else int(items))
+
+
+START = Position(-1)
+"""Before anything: an empty intermediate folder."""
 
 
 class Sink(Protocol):
@@ -87,9 +109,9 @@ class _Table:
 class _Transaction:
     xid: str
     final: int  # the commit record's position
-    base: int
     ts: dt.datetime
-    index: int = 0
+    items: int = 0  # begin, rows and commit decoded so far
+    first_lsn: int = 0  # the lsn of its begin, once handed on
     begun: bool = False
     cut: bool = False  # a stale marker's transaction whose rows a crash cut: it ends in a rollback
     marker: bool = False  # a live marker's transaction
@@ -108,13 +130,12 @@ class Decoder:
         key_lookup: the primary key of a table whose replica identity does not show it.
         include: ``schema.table`` names to extract (empty: every published table).
         exclude: ``schema.table`` names to leave out.
-        resume_after: the last lsn already written (in a complete pair, then as passed on);
-            anything at or below is skipped, so a transaction decoded again is not written twice.
+        resume: the source position of the last item already written (the last complete pair's);
+            anything at or before it is skipped, so a transaction decoded again is not written twice.
+        next_lsn: the lsn of the next item handed on (the last complete pair's ``last_lsn`` + 1).
         on_commit: called with the source end position of each commit decoded and whether it was written.
         written_definitions: each table's latest definition in the pairs already written.
         markers: the subscriptions: which tables are extracted from where, and what markers write.
-        finished_xids: transactions whose commit the last complete pair holds (a marker's
-            transaction decoded again is whole in the pairs, not cut).
     """
 
     def __init__(
@@ -124,19 +145,19 @@ class Decoder:
         *,
         include: Collection[str] = (),
         exclude: Collection[str] = (),
-        resume_after: int = -1,
+        resume: Position = START,
+        next_lsn: int = 1,
         on_commit: Callable[[int, bool], None] | None = None,
         written_definitions: Mapping[str, TableDef] | None = None,
         markers: Markers | None = None,
-        finished_xids: Collection[str] = (),
     ) -> None:
         self.sink = sink
         self.key_lookup = key_lookup
         self.include, self.exclude = frozenset(include), frozenset(exclude)
-        self.resume_after = resume_after
+        self.done = resume  # the source position of the last item handed on
+        self.next_lsn = next_lsn
         self.on_commit = on_commit
         self.markers = markers
-        self._finished = set(finished_xids)
         self._relations: dict[int, po.Relation] = {}
         self._tables: dict[po.Relation, _Table] = {}
         self._defined: dict[str, TableDef] = {}
@@ -148,11 +169,7 @@ class Decoder:
         """Decode one message and pass what it means on to the sink."""
         message = po.parse(data)
         if isinstance(message, po.Begin):
-            if message.final_lsn >= MAX_POSITION:
-                raise ExtractError(f"source WAL position {message.final_lsn} is past what lsn composition holds")
-            self._tx = _Transaction(
-                str(message.xid), message.final_lsn, message.final_lsn << INDEX_BITS, message.commit_time
-            )
+            self._tx = _Transaction(str(message.xid), message.final_lsn, message.commit_time)
         elif isinstance(message, po.Commit):
             self._commit(message)
         elif isinstance(message, po.Relation):
@@ -191,8 +208,8 @@ class Decoder:
         tx = self._transaction()
         if self.markers is None:
             return
-        if tx.base <= self.resume_after:  # decoded before: whole in the pairs, or cut by a crash
-            tx.cut = tx.xid not in self._finished
+        if Position(tx.final, 1) <= self.done:  # decoded before: whole in the pairs, or cut by a crash
+            tx.cut = self.done < Position(tx.final)
             return
         result = self.markers.marker(payload, tx.final)
         if result is None:
@@ -205,28 +222,31 @@ class Decoder:
         for image in result.rows:
             self._emit_row(name, "I", None, image)
 
-    # -- transactions and lsn composition -------------------------------------------
+    # -- transactions, lsns and positions ----------------------------------------------
 
-    def _next_lsn(self, tx: _Transaction) -> int:
-        tx.index += 1
-        if tx.index > MAX_INDEX:
-            raise ExtractError(f"transaction {tx.xid} has more than {MAX_INDEX - 1} changes, past lsn composition")
-        return tx.base + tx.index
+    def _fresh(self, tx: _Transaction, *, commit: bool = False) -> bool:
+        """Count the transaction's next item; whether it lies past what was handed on already."""
+        tx.items += 1
+        return Position(tx.final, WHOLE if commit else tx.items) > self.done
+
+    def _take(self) -> int:
+        lsn, self.next_lsn = self.next_lsn, self.next_lsn + 1
+        return lsn
 
     def _begin(self, tx: _Transaction) -> None:
         if not tx.begun:
             tx.begun = True
-            if tx.base > self.resume_after:
-                self.sink.begin(tx.xid, tx.base, tx.ts)
-                self.resume_after = tx.base
+            if self._fresh(tx):
+                tx.first_lsn = self._take()
+                self.sink.begin(tx.xid, tx.first_lsn, tx.ts)
+                self.done = Position(tx.final, tx.items)  # after the sink: a pair it closes ends before
 
     def _emit_row(self, table: str, op: str, before: dict[str, Any] | None, after: dict[str, Any] | None) -> None:
         tx = self._transaction()
         self._begin(tx)
-        lsn = self._next_lsn(tx)
-        if lsn > self.resume_after:
-            self.sink.row(lsn, tx.xid, table, op, before, after)
-            self.resume_after = lsn
+        if self._fresh(tx):
+            self.sink.row(self._take(), tx.xid, table, op, before, after)
+            self.done = Position(tx.final, tx.items)
             self.rows += 1
             if self.markers is not None and table in self.markers.watched:
                 self.markers.changed(table, op, before, after)
@@ -236,18 +256,14 @@ class Decoder:
         self._tx = None
         written = False
         if tx.cut:  # its rows cannot be read again (the copy's snapshot is gone): they are taken back
-            lsn = self.resume_after + 1
-            self.sink.rollback(tx.xid, lsn, message.commit_time)
-            self.resume_after, written = lsn, True
-        elif tx.begun:  # a transaction without extracted rows writes nothing
-            lsn = self._next_lsn(tx)
-            if lsn > self.resume_after:
-                self.sink.commit(tx.xid, lsn, message.commit_time)
-                self.resume_after = lsn
-                written = True
-                if tx.marker and self.markers is not None:
-                    self._finished.add(tx.xid)
-                    self.markers.marker_written(tx.final, tx.base, lsn)
+            self.sink.rollback(tx.xid, self._take(), message.commit_time)
+            self.done, written = Position(tx.final), True
+        elif tx.begun and self._fresh(tx, commit=True):  # a transaction without extracted rows writes nothing
+            lsn = self._take()
+            self.sink.commit(tx.xid, lsn, message.commit_time)
+            self.done, written = Position(tx.final), True
+            if tx.marker and self.markers is not None:
+                self.markers.marker_written(tx.final, tx.first_lsn, lsn)
         if self.on_commit:
             self.on_commit(message.end_lsn, written)
 

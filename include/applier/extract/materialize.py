@@ -66,7 +66,7 @@ from psycopg import sql
 from applier.config import MaterializeConfig
 from applier.errors import ExtractError
 from applier.extract import source
-from applier.extract.decode import MAX_INDEX, MarkerRows
+from applier.extract.decode import MarkerRows
 from applier.extract.pgoutput import Relation, Tuple
 from applier.extract.subscriptions import Registry, Subscription
 from applier.intermediate.pairs import AUTOCORRECT_METADATA_KEY
@@ -351,11 +351,6 @@ class Materializer:
             (count,) = copy.execute(sql.SQL("SELECT count(*) FROM {}").format(name)).fetchone() or (0,)
             count = int(str(count))
             per_chunk = count + 1 if sub.mode == "atomic" else self._chunk_rows(sub)
-            if per_chunk > MAX_INDEX - 2:
-                raise ExtractError(
-                    f"table {sub.table}: {count:,} rows are more than one atomic copy holds "
-                    f"({MAX_INDEX - 3:,}); subscribe it in incremental mode"
-                )
             chunks = max(1, math.ceil(count / per_chunk))
             self._start.pop(sub.table, None)
             self._set(sub, state="materializing", attempt=attempt, recovering=recovering, start_position=None,

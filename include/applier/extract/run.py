@@ -49,9 +49,9 @@ from applier.config import Config
 from applier.engine.runlock import RunLock
 from applier.errors import ConfigError, ExtractError
 from applier.extract import source
-from applier.extract.decode import Decoder
+from applier.extract.decode import START, Decoder, Position
 from applier.extract.materialize import Materializer
-from applier.intermediate.pairs import MIB, TABLES_METADATA_KEY, list_pairs
+from applier.intermediate.pairs import EXTRACT_METADATA_KEY, MIB, TABLES_METADATA_KEY, list_pairs
 from applier.intermediate.schema import TableDef, parse_table_def
 from applier.intermediate.writer import IntermediateWriter
 
@@ -63,32 +63,36 @@ POLL_SECONDS = 1.0
 
 @dataclass(frozen=True)
 class ResumePoint:
-    """Where a run continues: the next pair's number, the last lsn already written, the last pair's commits."""
+    """Where a run continues: the next pair's number and lsn, and the source position already written."""
 
     next_seq: int
-    last_lsn: int
-    committed: frozenset[str] = frozenset()
+    next_lsn: int
+    position: Position
 
 
 def resume_point(directory: Path) -> ResumePoint:
-    """The last complete pair's successor and its last lsn (-1 for an empty directory).
+    """After the last complete pair: its successor's number, its ``last_lsn`` + 1 and its source position.
 
-    Pairs below a reader's restart point may have been removed (retention), so
-    the listing starts at the lowest complete pair present.
+    Pairs below a reader's restart point may have been removed (retention, which
+    keeps the newest), so the listing starts at the lowest complete pair present.
+
+    Raises:
+        ExtractError: the last pair holds no source position: another writer made it.
     """
-    if not directory.is_dir():
-        return ResumePoint(1, -1)
     seqs = sorted(int(p.name[:12]) for p in directory.glob("[0-9]*.trn") if p.name[:12].isdigit())
-    if not seqs:
-        return ResumePoint(1, -1)
-    pairs = list_pairs(directory, seqs[0]).pairs
-    for pair in reversed(pairs):
-        with open(pair.trn_path, encoding="utf-8") as fh:
-            header = json.loads(fh.readline())
-            committed = frozenset(e["xid"] for e in map(json.loads, fh) if e.get("record") == "commit")
-        if header.get("last_lsn") is not None:
-            return ResumePoint(pairs[-1].seq + 1, int(header["last_lsn"]), committed)
-    return ResumePoint(pairs[-1].seq + 1 if pairs else seqs[0], -1)
+    pairs = list_pairs(directory, seqs[0]).pairs if seqs else ()
+    if not pairs:
+        return ResumePoint(seqs[0] if seqs else 1, 1, START)
+    last = pairs[-1]
+    with open(last.trn_path, encoding="utf-8") as fh:
+        header = json.loads(fh.readline())
+    raw = (pq.read_metadata(last.dat_path).metadata or {}).get(EXTRACT_METADATA_KEY)
+    if raw is None:
+        raise ExtractError(
+            f"pair {last.dat_path} holds no source position ({EXTRACT_METADATA_KEY.decode()}): applier extract "
+            "did not write it; extract into a folder of its own"
+        )
+    return ResumePoint(last.seq + 1, int(header["last_lsn"]) + 1, Position.of(json.loads(raw)))
 
 
 def written_definitions(directory: Path) -> dict[str, TableDef]:
@@ -139,18 +143,18 @@ class _Extraction:
             max_file_size_bytes=max(1, int(config.extract.max_pair_mb * MIB)),
             start_seq=resume.next_seq,
             on_pair=self._pair_written,
-            pair_metadata=self.materializer.pair_metadata,
+            pair_metadata=self._pair_metadata,
         )
         self.decoder = Decoder(
             self.writer,
             lambda schema, table: source.primary_key(self.ctl_conn, schema, table),
             include=src.include,
             exclude=src.exclude,
-            resume_after=resume.last_lsn,
+            resume=resume.position,
+            next_lsn=resume.next_lsn,
             on_commit=self._committed,
             written_definitions=written_definitions(config.intermediate_dir),
             markers=self.materializer,
-            finished_xids=resume.committed,
         )
         self.materializer.image_of = self.decoder.image
         self._advance = advance or (lambda pos: source.advance(self.ctl_conn, self.slot, pos))
@@ -171,6 +175,11 @@ class _Extraction:
         self.summary.transactions += int(wrote)
         if self._pending and time.monotonic() - self._pair_started >= self.max_pair_seconds:
             self.writer.close()  # at a commit: no transaction is cut by a time-closed pair
+
+    def _pair_metadata(self, first: int | None, last: int | None) -> dict[bytes, str]:
+        """What a pair records besides its tables: the source position of its last item, the copies' windows."""
+        position = json.dumps(self.decoder.done.metadata())
+        return {EXTRACT_METADATA_KEY: position, **self.materializer.pair_metadata(first, last)}
 
     def _pair_written(self, seq: int, size: int) -> None:
         # Everything handed to the writer before the call that closed the pair is in it:

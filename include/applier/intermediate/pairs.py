@@ -22,6 +22,7 @@ DAT_COLUMNS = ("lsn", "xid", "table", "op", "before", "after")
 OPS = frozenset({"I", "U", "D", "T"})
 TABLES_METADATA_KEY = b"cdc.tables"
 AUTOCORRECT_METADATA_KEY = b"cdc.autocorrect"  # an extension: docs/materialization.md
+EXTRACT_METADATA_KEY = b"cdc.extract"  # the extractor's source position of a pair's last item (applier.extract.decode)
 MIB = 1024 * 1024
 
 _PAIR_FILE = re.compile(r"(\d{12})\.(dat|trn)")
