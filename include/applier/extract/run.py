@@ -47,9 +47,10 @@ import pyarrow.parquet as pq
 
 from applier.config import Config
 from applier.engine.runlock import RunLock
-from applier.errors import ConfigError, ExtractError
+from applier.errors import ConfigError, ExtractError, SourceUnavailableError
 from applier.extract import source
 from applier.extract.decode import Decoder
+from applier.extract.flow import FlowControl
 from applier.intermediate.pairs import MIB, TABLES_METADATA_KEY, list_pairs
 from applier.intermediate.schema import TableDef, parse_table_def
 from applier.intermediate.writer import IntermediateWriter
@@ -109,6 +110,7 @@ class ExtractSummary:
     rows: int = 0
     transactions: int = 0
     confirmed_lsn: int = 0
+    held_back: bool = False  # the unapplied backlog held the run back (see applier.extract.flow)
 
 
 def _required(value: str | None, key: str) -> str:
@@ -145,7 +147,8 @@ class _Extraction:
             on_commit=self._committed,
             written_definitions=written_definitions(config.intermediate_dir),
         )
-        self._advance = advance or (lambda pos: source.advance(self.ctl_conn, self.slot, pos))
+        self.flow = FlowControl(config, self.ctl_conn, self.slot)
+        self._advance = self.flow.observing(advance or (lambda pos: source.advance(self.ctl_conn, self.slot, pos)))
         self._handled_end = 0  # end of the last commit decoded
         self._pending = False  # the writer holds rows not yet in a pair
         self._decoded_upto = 0  # every transaction committed before this position was decoded
@@ -173,6 +176,7 @@ class _Extraction:
         log.info(
             "applier extract: pair %012d (%d bytes) in place, slot at %s", seq, size, source.lsn_text(self._handled_end)
         )
+        self.flow.measure()
 
     def _confirm(self, position: int) -> None:
         if position > self.summary.confirmed_lsn:
@@ -190,8 +194,10 @@ class _Extraction:
         position = max(state.confirmed_flush, self._decoded_upto)
         while position < end:
             upto = min(end, position + WINDOW_BYTES)
-            for data in source.peek(self.read_conn, self.slot, self.publication, upto):
+            for data in self.flow.until_held(source.peek(self.read_conn, self.slot, self.publication, upto)):
                 self.decoder.handle(data)
+            if self.flow.held:  # stopped after the pair that crossed extract.max_backlog_mb
+                break
             # A peek returns whole transactions only, so every commit up to upto is decoded.
             self._decoded_upto = position = max(upto, self._handled_end)
             if not self._pending:
@@ -257,14 +263,17 @@ def _extract_locked(
             end = state.wal_end
             if max_wal_mb is not None:
                 end = min(end, state.confirmed_flush + int(max_wal_mb * MIB))
-            run.batch(end)
+            if run.flow.admits(state):
+                run.batch(end)
             if not follow or should_stop():
                 break
             run.flush_if_quiet()
             time.sleep(POLL_SECONDS)
         run.finish()
+        run.flow.finish(run.summary)
     except psycopg.Error as e:
-        raise ExtractError(f"the source failed during extraction: {str(e).strip().splitlines()[0]}") from e
+        error = SourceUnavailableError if isinstance(e, psycopg.OperationalError) else ExtractError
+        raise error(f"the source failed during extraction: {str(e).strip().splitlines()[0]}") from e
     finally:
         run.close()
     return run.summary
