@@ -37,6 +37,7 @@ from typing import Protocol
 import psycopg
 
 from applier.config import Config
+from applier.engine.checkpoint import Checkpoint, CheckpointStore
 from applier.engine.status import unapplied_backlog
 from applier.extract import source
 from applier.extract.status_file import (
@@ -102,6 +103,8 @@ class FlowControl:
         self._bound: tuple[int, float] | None = None  # the WAL end a batch aims at, and when it was read
         self._warned = False
         self._written = -math.inf
+        self._store = CheckpointStore(config.work_dir)
+        self._checkpoint_stamp: tuple[tuple[int, int, int] | None, Checkpoint] | None = None
 
     @property
     def figures(self) -> str:
@@ -128,7 +131,7 @@ class FlowControl:
         """Measure the backlog: hold back above the limit, release at or below the low-water mark."""
         if not self.max_bytes:
             return
-        self.backlog = unapplied_backlog(self.config).bytes
+        self.backlog = unapplied_backlog(self.config, self._checkpoint()).bytes
         if not self.held and self.backlog > self.max_bytes:
             self.held, self.held_since = True, utc_now()
             log.warning("applier extract: held back: %s", self.figures)
@@ -137,6 +140,17 @@ class FlowControl:
             log.info("applier extract: resumed (held back since %s): %s", self.held_since, self.figures)
             self.held, self.held_since = False, None
             self.write()
+
+    def _checkpoint(self) -> Checkpoint:
+        """The Applier's checkpoint, parsed again only when its file was replaced (it is read once a poll)."""
+        try:
+            stat = self._store.checkpoint_path.stat()
+            stamp: tuple[int, int, int] | None = (stat.st_ino, stat.st_mtime_ns, stat.st_size)
+        except FileNotFoundError:
+            stamp = None
+        if self._checkpoint_stamp is None or stamp != self._checkpoint_stamp[0]:
+            self._checkpoint_stamp = (stamp, self._store.load())
+        return self._checkpoint_stamp[1]
 
     def until_held(self, messages: Generator[bytes, None, None]) -> Iterator[bytes]:
         """``messages`` until the run is held back, checked after each is handled; the rest are never read."""

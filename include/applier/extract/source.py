@@ -11,6 +11,7 @@ place (see :mod:`applier.extract.run`).
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Generator, Sequence
 from dataclasses import dataclass
 
@@ -133,8 +134,9 @@ def peek(
             for (data,) in cur:
                 yield bytes(data)  # type: ignore[call-overload]
         conn.commit()
-    except GeneratorExit:  # the caller stopped early (flow control): end the transaction, the slot is unchanged
-        conn.rollback()
+    except GeneratorExit:  # the caller stopped early (flow control, an error): end the transaction, nothing moved
+        with contextlib.suppress(psycopg.Error):  # a lost connection has no transaction left to end
+            conn.rollback()
         raise
     except psycopg.errors.ObjectNotInPrerequisiteState as e:
         conn.rollback()
