@@ -333,3 +333,46 @@ def test_asset_uri_of_a_postgres_table_names_server_database_and_mapped_schema()
 def test_a_target_without_its_location_has_no_asset_uri() -> None:
     with pytest.raises(ValueError, match=r"target\.type 'postgres' without its path or url"):
         asset_uri(TargetConfig(type="postgres"), "shop.orders")
+
+
+def test_the_extract_schedule_defaults_to_every_minute() -> None:
+    from applier_airflow.extract_builders import EXTRACT_SCHEDULE
+
+    assert schedule_from_env(None, EXTRACT_SCHEDULE) == "* * * * *"
+    assert schedule_from_env("none", EXTRACT_SCHEDULE) is None
+    assert schedule_from_env("*/2 * * * *", EXTRACT_SCHEDULE) == "*/2 * * * *"
+
+
+def test_an_extract_batch_is_skipped_under_another_extractor_retried_when_unreachable_else_failed() -> None:
+    from applier.errors import ConfigError, ExtractError, RunLockedError, SourceUnavailableError
+    from applier_airflow.extract_builders import extract_outcome
+
+    locked = RunLockedError("the lock /in/.extract.lock", "the run on host h, pid 7", "extracting into")
+    assert extract_outcome(locked) == (
+        "skip",
+        "skipped (exit code 6): another run is extracting into this configuration: the lock /in/.extract.lock is "
+        "held by the run on host h, pid 7; this run changed nothing",
+    )
+    assert extract_outcome(SourceUnavailableError("the source cannot be reached: refused")) == (
+        "retry",
+        "the source cannot be reached: refused",
+    )
+    assert extract_outcome(ExtractError("table public.t, column d: value 'infinity' cannot be extracted")) == (
+        "fail",
+        "ExtractError (exit code 8): table public.t, column d: value 'infinity' cannot be extracted",
+    )
+    assert extract_outcome(ConfigError("source.slot", None, "required"))[0] == "fail"
+
+
+def test_the_extract_figures_and_line_say_when_a_batch_was_held_back() -> None:
+    from applier.extract import ExtractSummary
+    from applier_airflow.extract_builders import extract_figures, extract_line, max_wal_mb_from_params
+
+    figures = extract_figures(ExtractSummary(pairs=3, rows=240, transactions=1, confirmed_lsn=(1 << 32) + 255))
+    assert figures == {"pairs": 3, "transactions": 1, "rows": 240, "confirmed_lsn": "1/FF", "held_back": False}
+    assert extract_line(figures) == "3 pairs written, 1 transactions, 240 rows; slot confirmed at 1/FF"
+    held = extract_line({**figures, "held_back": True})
+    assert held.endswith("; held back by the unapplied backlog (extract.max_backlog_mb): ended early")
+    assert (max_wal_mb_from_params({}), max_wal_mb_from_params({"max_wal_mb": 2})) == (None, 2.0)
+    with pytest.raises(ValueError, match="param max_wal_mb: 0 is not a number above 0"):
+        max_wal_mb_from_params({"max_wal_mb": 0})

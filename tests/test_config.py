@@ -69,6 +69,11 @@ def test_the_config_is_frozen(tmp_path: Path) -> None:
         ("apply.buffer_size_for_split_records=1.5", "apply.buffer_size_for_split_records", "whole number"),
         ("apply.max_cycles_per_run=true", "apply.max_cycles_per_run", "whole number"),
         ("target.type=oracle", "target.type", "one of: delta"),
+        ("extract.max_backlog_mb=-1", "extract.max_backlog_mb", "MiB >= 0"),
+        ("extract.max_backlog_mb=lots", "extract.max_backlog_mb", "0 means no limit"),
+        ("extract.resume_backlog_mb=true", "extract.resume_backlog_mb", "null for half of extract.max_backlog_mb"),
+        ("extract.resume_backlog_mb=2048", "extract.resume_backlog_mb", "at most extract.max_backlog_mb (1024)"),
+        ("extract.warn_retained_wal_mb=.nan", "extract.warn_retained_wal_mb", "0 means never"),
         ("apply.buffer_size=10", "apply.buffer_size", "unknown key"),
         ("novalue", "--set", "key=value"),
     ],
@@ -177,3 +182,26 @@ def test_collisions_warn_by_default_and_command_convert_names_sap_conversions(tm
     assert load_config(file).apply.command_convert == {"u2di"}
     with pytest.raises(ConfigError, match=r"apply\.command_convert.*unknown conversion 'u2none'"):
         load_config(None, [*base, "apply.command_convert=u2di,u2none"])
+
+
+def test_flow_control_defaults_and_the_low_water_mark(tmp_path: Path) -> None:
+    extract = load_config(_file(tmp_path)).extract
+    assert (extract.max_backlog_mb, extract.resume_backlog_mb, extract.warn_retained_wal_mb) == (1024, None, 4096)
+    assert extract.resume_backlog_bytes == 512 * 1024 * 1024, "half the limit by default"
+    marks = load_config(_file(tmp_path), ["extract.max_backlog_mb=100", "extract.resume_backlog_mb=90"]).extract
+    assert marks.resume_backlog_bytes == 90 * 1024 * 1024
+    unlimited = load_config(_file(tmp_path), ["extract.max_backlog_mb=0", "extract.resume_backlog_mb=5"]).extract
+    assert unlimited.max_backlog_mb == 0, "no limit: the low-water mark is never used"
+
+
+def test_a_bad_flow_control_value_is_one_line_naming_the_key(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from applier.cli import main
+
+    assert main(["status", "--config", str(_file(tmp_path)), "--set", "extract.max_backlog_mb=-5"]) == 2
+    err = capsys.readouterr().err
+    assert err == (
+        "applier: error: configuration key 'extract.max_backlog_mb': -5 is not allowed; use a number of MiB >= 0 "
+        "(unapplied backlog that holds extraction back; 0 means no limit)\n"
+    )

@@ -1,4 +1,4 @@
-"""The apply DAG parses cleanly, looks nothing up while parsing, and declares what the README says."""
+"""The apply and extract DAGs parse cleanly, look nothing up while parsing, and declare what the README says."""
 
 from __future__ import annotations
 
@@ -71,18 +71,29 @@ def parse_guarded(home: Path, dag_folder: Path, **env: str) -> dict[str, Any]:
 
 
 @pytest.fixture(scope="module")
-def dag(airflow_home: Path) -> Any:  # noqa: F811
+def bag(airflow_home: Path) -> Any:  # noqa: F811
     from airflow.dag_processing.dagbag import DagBag
 
     bag = DagBag(dag_folder=DAGS_FOLDER)
     assert bag.import_errors == {}
-    assert sorted(bag.dag_ids) == ["applier"]
+    assert sorted(bag.dag_ids) == ["applier", "applier_extract"]
+    return bag
+
+
+@pytest.fixture(scope="module")
+def dag(bag: Any) -> Any:
     return bag.get_dag("applier")
+
+
+@pytest.fixture(scope="module")
+def extract_dag(bag: Any) -> Any:
+    return bag.get_dag("applier_extract")
 
 
 def test_the_dag_parses_without_lookups_or_heavy_imports(airflow_home: Path) -> None:  # noqa: F811
     parsed = parse_guarded(airflow_home, DAGS_FOLDER)
-    assert parsed == {"errors": {}, "schedules": {"applier": "*/5 * * * *"}, "lookups": [], "heavy": []}
+    schedules = {"applier": "*/5 * * * *", "applier_extract": "* * * * *"}
+    assert parsed == {"errors": {}, "schedules": schedules, "lookups": [], "heavy": []}
 
 
 def test_the_parse_guard_catches_a_lookup_at_parse_time(airflow_home: Path, tmp_path: Path) -> None:  # noqa: F811
@@ -94,8 +105,10 @@ def test_the_parse_guard_catches_a_lookup_at_parse_time(airflow_home: Path, tmp_
 
 
 def test_the_schedule_comes_from_the_environment(airflow_home: Path) -> None:  # noqa: F811
-    assert parse_guarded(airflow_home, DAGS_FOLDER, APPLIER_SCHEDULE="@hourly")["schedules"] == {"applier": "@hourly"}
-    assert parse_guarded(airflow_home, DAGS_FOLDER, APPLIER_SCHEDULE="none")["schedules"] == {"applier": "None"}
+    hourly = parse_guarded(airflow_home, DAGS_FOLDER, APPLIER_SCHEDULE="@hourly", APPLIER_EXTRACT_SCHEDULE="none")
+    assert hourly["schedules"] == {"applier": "@hourly", "applier_extract": "None"}
+    none = parse_guarded(airflow_home, DAGS_FOLDER, APPLIER_SCHEDULE="none", APPLIER_EXTRACT_SCHEDULE="*/2 * * * *")
+    assert none["schedules"] == {"applier": "None", "applier_extract": "*/2 * * * *"}
 
 
 def test_runs_are_serial_without_catchup_and_retried(dag: Any) -> None:
@@ -186,3 +199,23 @@ def test_the_submit_operator_keeps_a_users_jvm_options_and_other_conf() -> None:
         "spark.executor.extraJavaOptions": "-Duser.timezone=UTC -XX:+UseParallelGC",
         "spark.sql.shuffle.partitions": "4",
     }
+
+
+def test_the_extract_dag_runs_one_serial_batch_a_minute(extract_dag: Any) -> None:
+    from applier_airflow.operators import ApplierExtractOperator
+
+    assert (extract_dag.max_active_runs, extract_dag.catchup) == (1, False)
+    assert [type(t) for t in extract_dag.tasks] == [ApplierExtractOperator]
+    assert extract_dag.get_task("extract").retries == 1
+    assert set(extract_dag.tags) == {"applier", "cdc", "extract"}
+    assert "### Extract" in extract_dag.doc_md
+    assert _serialized_params(extract_dag).validate() == {"max_wal_mb": None}
+    assert _serialized_params(extract_dag).deep_merge({"max_wal_mb": 0.5}).validate() == {"max_wal_mb": 0.5}
+
+
+@pytest.mark.parametrize("value", [0, -1, "8"])
+def test_the_extract_dag_refuses_a_bad_max_wal_mb(extract_dag: Any, value: Any) -> None:
+    from airflow.exceptions import ParamValidationError
+
+    with pytest.raises(ParamValidationError, match="Invalid input for param max_wal_mb"):
+        _serialized_params(extract_dag).deep_merge({"max_wal_mb": value}).validate()

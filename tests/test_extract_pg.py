@@ -229,7 +229,9 @@ def test_half_written_pair_is_ignored_and_written_again(tmp_path: Path, logical_
     (pairs / "000000000001.dat").write_bytes(b"renamed, but its .trn never was")
     extract(config)
     assert [r["after"] for r in pair_rows(pairs)] == [{"id": 1}]
-    assert sorted(p.name for p in pairs.iterdir()) == [".extract.lock", "000000000001.dat", "000000000001.trn"]
+    assert sorted(p.name for p in pairs.iterdir()) == [
+        ".extract.lock", ".extract.status.json", "000000000001.dat", "000000000001.trn"
+    ]  # fmt: skip
 
 
 def test_second_run_continues_after_the_first(tmp_path: Path, logical_source: Source) -> None:

@@ -201,6 +201,7 @@ def extract(args: argparse.Namespace) -> int:
     print(
         f"{summary.pairs} pairs written, {summary.transactions} transactions, {summary.rows} rows; "
         f"slot confirmed at {summary.confirmed_lsn >> 32:X}/{summary.confirmed_lsn & 0xFFFFFFFF:X}"
+        + ("; held back by the unapplied backlog (extract.max_backlog_mb): ended early" if summary.held_back else "")
     )
     return 0
 
@@ -270,6 +271,10 @@ def status(args: argparse.Namespace) -> int:
         print(f"last cycle: {s.last_cycle['cycle_id']} pairs {s.last_cycle['seqs']} seconds {s.last_cycle['seconds']}")
         for line in _queue_lines(s.last_cycle.get("queue") or {}):
             print(f"  {line}")
+    from applier.extract.monitor import source_status_lines
+
+    for line in source_status_lines(config):  # with source.* only; an unreachable source is one line of them
+        print(line)
     return 0
 
 

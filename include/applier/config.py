@@ -26,7 +26,7 @@ from applier.intermediate.pairs import MIB
 from applier.targets import dialects
 from applier.targets.dialects import TARGET_TYPES
 
-MAX_CHUNK_ROWS = 1_000_000  # a chunk is one source transaction: its rows' lsns compose below 2^20
+MAX_CHUNK_ROWS = 1_000_000  # a nonatomic chunk is held in the extractor's memory between its watermarks
 
 _SPARK_CONF = "spark.conf"
 _SCHEMA_MAP = "target.schema_map"
@@ -171,10 +171,25 @@ class ExtractConfig:
     ``max_pair_mb``: the size (MiB) at which a pair closes, within a large
     transaction too. ``max_pair_seconds``: the age at which a pair closes at
     the next commit, so that a quiet source still delivers.
+
+    Flow control (:mod:`applier.extract.flow`): extraction is held back while
+    the unapplied backlog exceeds ``max_backlog_mb`` (0: no limit) and resumes
+    below ``resume_backlog_mb`` (None: half of it). ``warn_retained_wal_mb``:
+    the WAL the slot retains on the source above which the extractor and
+    ``applier status`` warn (0: never).
     """
 
     max_pair_mb: float = 64.0
     max_pair_seconds: float = 60.0
+    max_backlog_mb: float = 1024.0
+    resume_backlog_mb: float | None = None
+    warn_retained_wal_mb: float = 4096.0
+
+    @property
+    def resume_backlog_bytes(self) -> int:
+        """The low-water mark in bytes: ``resume_backlog_mb``, else half of ``max_backlog_mb``."""
+        marks = self.max_backlog_mb / 2 if self.resume_backlog_mb is None else self.resume_backlog_mb
+        return int(marks * MIB)
 
 
 @dataclass(frozen=True)
@@ -275,12 +290,16 @@ _KEYS: dict[str, tuple[Callable[[str, Any], Any], Any]] = {
     "extract.max_pair_seconds": (cv.seconds("a pair closes at the next commit once this old"), 60.0),
     "materialize.chunk_rows": (cv.int_range(1, MAX_CHUNK_ROWS, "rows per chunk of a copy"), 100_000),
     "materialize.lock_timeout_s": (cv.seconds("the wait for the lock that fixes a copy's position"), 30.0),
+    "extract.max_backlog_mb": (cv.megabytes("unapplied backlog that holds extraction back; 0 means no limit"), 1024.0),
+    "extract.resume_backlog_mb": (cv.megabytes_or_null("half of extract.max_backlog_mb"), None),
+    "extract.warn_retained_wal_mb": (cv.megabytes("WAL the slot retains before a warning; 0 means never"), 4096.0),
 }
 _PATH_KEYS = ("intermediate_dir", "output_dir", "target.path")
 # None is their default, not "required".
 _OPTIONAL_KEYS = (
     "apply.intermediate_retention_hours",
     "apply.queue_memory_mb",
+    "extract.resume_backlog_mb",
     # required by applier extract only, which says so
     "source.url",
     "source.slot",
@@ -442,10 +461,24 @@ def load_config(path: Path | str | None, overrides: Sequence[str] = ()) -> Confi
             include=values["source.include"],
             exclude=values["source.exclude"],
         ),
-        extract=ExtractConfig(
-            max_pair_mb=values["extract.max_pair_mb"], max_pair_seconds=values["extract.max_pair_seconds"]
-        ),
+        extract=_extract_config(values),
         materialize=MaterializeConfig(
             chunk_rows=values["materialize.chunk_rows"], lock_timeout_s=values["materialize.lock_timeout_s"]
         ),
+    )
+
+
+def _extract_config(values: Mapping[str, Any]) -> ExtractConfig:
+    """``extract.*``, with the low-water mark checked against the limit it resumes under."""
+    limit, resume = values["extract.max_backlog_mb"], values["extract.resume_backlog_mb"]
+    if limit and resume is not None and resume > limit:
+        raise ConfigError(
+            "extract.resume_backlog_mb", resume, f"use a number of MiB at most extract.max_backlog_mb ({limit:g})"
+        )
+    return ExtractConfig(
+        max_pair_mb=values["extract.max_pair_mb"],
+        max_pair_seconds=values["extract.max_pair_seconds"],
+        max_backlog_mb=limit,
+        resume_backlog_mb=resume,
+        warn_retained_wal_mb=values["extract.warn_retained_wal_mb"],
     )

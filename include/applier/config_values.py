@@ -97,6 +97,30 @@ def choice(choices: Sequence[str]) -> Callable[[str, Any], str]:
     return check
 
 
+def megabytes(meaning: str) -> Callable[[str, Any], float]:
+    """A size in MiB >= 0; ``meaning`` says what it sizes and what 0 means."""
+
+    def check(key: str, v: Any) -> float:
+        if isinstance(v, bool) or not isinstance(v, int | float) or not 0 <= v < float("inf"):
+            raise ConfigError(key, v, f"use a number of MiB >= 0 ({meaning})")
+        return float(v)
+
+    return check
+
+
+def megabytes_or_null(meaning: str) -> Callable[[str, Any], float | None]:
+    """A size in MiB >= 0, or null for the default ``meaning`` names."""
+
+    def check(key: str, v: Any) -> float | None:
+        if v is None:
+            return None
+        if isinstance(v, bool) or not isinstance(v, int | float) or not 0 <= v < float("inf"):
+            raise ConfigError(key, v, f"use a number of MiB >= 0, or null for {meaning}")
+        return float(v)
+
+    return check
+
+
 def positive_number(key: str, v: Any) -> float:
     if isinstance(v, bool) or not isinstance(v, int | float) or not v > 0:
         raise ConfigError(key, v, "a number above 0 (MiB)")

@@ -298,3 +298,13 @@ class ExtractError(ApplierError):
     """
 
     exit_code = 8
+
+
+class SourceUnavailableError(ExtractError):
+    """The source cannot be reached, or the connection to it was lost: the same run may succeed later, unchanged.
+
+    Nothing past the last complete pair was confirmed on the slot, so a retry
+    (or the next scheduled batch) continues exactly where this one stopped.
+    """
+
+    transient = True

@@ -45,20 +45,21 @@ _EXIT_CODE = re.compile(r"Error code is: (\d+)")
 _APPLIER_ERROR = re.compile(r"applier: error: (.+)")
 
 
-def schedule_from_env(value: str | None) -> str | None:
-    """The DAG's schedule from ``APPLIER_SCHEDULE``.
+def schedule_from_env(value: str | None, default: str = DEFAULT_SCHEDULE) -> str | None:
+    """A DAG's schedule from its environment variable (``APPLIER_SCHEDULE``, ``APPLIER_EXTRACT_SCHEDULE``).
 
     Args:
         value: the variable's text; None or blank means the default.
+        default: the DAG's default schedule.
 
     Returns:
-        ``*/5 * * * *`` by default, None (triggered runs only) for ``none`` or
+        ``default`` (``*/5 * * * *`` unless given), None (triggered runs only) for ``none`` or
         ``manual``, otherwise the text as given (a cron expression or a preset
         such as ``@hourly``; Airflow checks it when it parses the DAG).
     """
     text = (value or "").strip()
     if not text:
-        return DEFAULT_SCHEDULE
+        return default
     if text.lower() in NO_SCHEDULE:
         return None
     return text

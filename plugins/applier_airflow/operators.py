@@ -1,4 +1,4 @@
-"""Operators of the apply DAG: plan, apply (spark-submit), validate, report.
+"""Operators of the apply DAG (plan, apply by spark-submit, validate, report) and of the extract DAG (extract).
 
 Each is thin: it resolves the run through :class:`ApplierHook`, hands off to
 the library (or to spark-submit) and turns the library's errors into task
@@ -27,6 +27,7 @@ from airflow.sdk.exceptions import (
 )
 
 from applier.engine.session import JVM_OPTIONS
+from applier.errors import ApplierError
 from applier_airflow.base import ApplierTaskMixin, context_run_key, failing_on_bad_input
 from applier_airflow.builders import (
     application_args,
@@ -39,6 +40,7 @@ from applier_airflow.builders import (
     submit_outcome,
     touched_tables,
 )
+from applier_airflow.extract_builders import extract_figures, extract_line, extract_outcome, max_wal_mb_from_params
 from applier_airflow.hooks import CONFIG_VARIABLE, PROJECT_DIR, TARGET_CONN_ID
 
 APPLY_JOB = PROJECT_DIR / "jobs" / "apply.py"
@@ -287,3 +289,55 @@ class ApplierReportOperator(ApplierTaskMixin, BaseOperator):
             events.add(Asset(uri=uri), extra=extra)
             self.log.info("asset event: %s", uri)
         return {**figures, "assets": uris}
+
+
+class ApplierExtractOperator(ApplierTaskMixin, BaseOperator):
+    """One bounded batch of ``applier extract``: the source's committed transactions into pairs.
+
+    Runs the library in the worker (no Spark): every transaction committed up
+    to the WAL end at the start, or ``max_wal_mb`` of WAL (param). A batch held
+    back by the unapplied backlog succeeds and says so. Another extractor
+    holding the intermediate folder's lock skips the task; a source that cannot
+    be reached is left to the DAG's retries; anything else fails it without a
+    retry (``extract_builders.extract_outcome``). Returns the batch's figures.
+
+    Args:
+        config_path: the configuration file; None discovers it (see ``ApplierHook``).
+        config_variable: the Airflow Variable naming the configuration file.
+        target_conn_id: the optional target connection (resolved like the apply DAG's; unused here).
+    """
+
+    template_fields: Sequence[str] = ("config_path",)
+
+    def __init__(
+        self,
+        *,
+        config_path: str | None = None,
+        config_variable: str = CONFIG_VARIABLE,
+        target_conn_id: str = TARGET_CONN_ID,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(**kwargs)
+        self.config_path = config_path
+        self.config_variable = config_variable
+        self.target_conn_id = target_conn_id
+
+    def execute(self, context: Context) -> dict[str, Any]:
+        from applier.extract import extract
+
+        run = self.resolve(context)
+        with failing_on_bad_input():
+            max_wal_mb = max_wal_mb_from_params(context["params"])
+        try:
+            summary = extract(run.config, max_wal_mb=max_wal_mb)
+        except ApplierError as e:
+            outcome, reason = extract_outcome(e)
+            if outcome == "skip":
+                self.log.warning("%s", reason)
+                raise AirflowSkipException(reason) from e
+            if outcome == "fail":
+                raise AirflowFailException(reason) from e
+            raise AirflowException(reason) from e
+        figures = extract_figures(summary)
+        self.log.info("%s", extract_line(figures))
+        return figures

@@ -70,18 +70,41 @@ def _open_transactions(config: Config, checkpoint: Checkpoint) -> list[OpenTxnSt
     ]
 
 
+@dataclass(frozen=True)
+class Backlog:
+    """The complete pairs after the checkpoint's applied pair, up to a gap: what the Applier has still to apply."""
+
+    pairs: int
+    bytes: int
+    gap: str | None
+
+
+def unapplied_backlog(config: Config, checkpoint: Checkpoint | None = None) -> Backlog:
+    """The unapplied backlog after ``checkpoint`` (default: the checkpoint file's).
+
+    What ``applier status`` shows, and what holds ``applier extract`` back
+    (``extract.max_backlog_mb``).
+
+    Raises:
+        StateFileError: the checkpoint file is damaged.
+    """
+    applied = (checkpoint or CheckpointStore(config.work_dir).load()).applied_seq
+    listing = list_pairs(config.intermediate_dir, applied + 1)
+    gap = listing.gap_error()
+    return Backlog(len(listing.pairs), sum(p.size for p in listing.pairs), gap.detail if gap else None)
+
+
 def read_status(config: Config) -> Status:
     """Read the checkpoint, backlog, open transactions, spill files, last cycle and what recent cycles set aside."""
     checkpoint = CheckpointStore(config.work_dir).load()
     recent = last_lines(config.work_dir / "cycles.jsonl", RECENT_CYCLES)
-    listing = list_pairs(config.intermediate_dir, checkpoint.applied_seq + 1)
-    gap = listing.gap_error()
+    backlog = unapplied_backlog(config, checkpoint)
     spills = sorted(config.spill_dir.glob("*.spill")) if config.spill_dir.exists() else []
     return Status(
         checkpoint=checkpoint,
-        backlog_pairs=len(listing.pairs),
-        backlog_bytes=sum(p.size for p in listing.pairs),
-        gap=gap.detail if gap else None,
+        backlog_pairs=backlog.pairs,
+        backlog_bytes=backlog.bytes,
+        gap=backlog.gap,
         open_transactions=_open_transactions(config, checkpoint) if checkpoint.applied_seq else [],
         spill_files=[(p.name, p.stat().st_size) for p in spills],
         last_cycle=last_report(config.work_dir / "cycles.jsonl"),

@@ -4,6 +4,9 @@
 values to the spec's, ``decode`` turns messages into rows, events and table
 definitions, ``source`` is every statement sent to the server, ``run`` the
 durable, exactly-once batch loop and ``setup`` the ``--setup`` checks.
+Flow control: ``flow`` holds extraction back while the Applier's backlog is
+too large, ``status_file`` is what it records of itself, and ``monitor`` what
+``applier status`` shows of the source and the extractor.
 """
 
 from __future__ import annotations

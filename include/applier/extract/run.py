@@ -25,12 +25,12 @@ holding every transaction it passes are in place:
    pair is written, to the bound.
 
 A crash before (3) leaves the slot behind the pairs: the next run decodes those
-transactions again and skips everything at or below the last lsn of the last
-complete pair (lsns are composed deterministically from the commit position,
-see :mod:`applier.extract.decode`), so nothing is written twice. The slot never
-passes a commit that is not in a complete pair, so nothing is lost. A pair
-half-written under temporary names (or a ``.dat`` without its ``.trn``) is not
-complete: the next run writes that sequence number again over it.
+transactions again and skips everything at or before the source position the
+last complete pair records (``cdc.extract``, see :mod:`applier.extract.decode`),
+so nothing is written twice. The slot never passes a commit that is not in a
+complete pair, so nothing is lost. A pair half-written under temporary names
+(or a ``.dat`` without its ``.trn``) is not complete: the next run writes that
+sequence number again over it.
 """
 
 from __future__ import annotations
@@ -47,9 +47,10 @@ import pyarrow.parquet as pq
 
 from applier.config import Config
 from applier.engine.runlock import RunLock
-from applier.errors import ConfigError, ExtractError
+from applier.errors import ConfigError, ExtractError, SourceUnavailableError
 from applier.extract import source
 from applier.extract.decode import START, Decoder, Position
+from applier.extract.flow import FlowControl
 from applier.extract.materialize import Materializer
 from applier.intermediate.pairs import EXTRACT_METADATA_KEY, MIB, TABLES_METADATA_KEY, list_pairs
 from applier.intermediate.schema import TableDef, parse_table_def
@@ -116,6 +117,7 @@ class ExtractSummary:
     rows: int = 0
     transactions: int = 0
     confirmed_lsn: int = 0
+    held_back: bool = False  # the unapplied backlog held the run back (see applier.extract.flow)
 
 
 def _required(value: str | None, key: str) -> str:
@@ -157,7 +159,8 @@ class _Extraction:
             markers=self.materializer,
         )
         self.materializer.image_of = self.decoder.image
-        self._advance = advance or (lambda pos: source.advance(self.ctl_conn, self.slot, pos))
+        self.flow = FlowControl(config, self.ctl_conn, self.slot)
+        self._advance = self.flow.observing(advance or (lambda pos: source.advance(self.ctl_conn, self.slot, pos)))
         self._handled_end = 0  # end of the last commit decoded
         self._pending = False  # the writer holds rows not yet in a pair
         self._decoded_upto = 0  # every transaction committed before this position was decoded
@@ -192,6 +195,7 @@ class _Extraction:
         log.info(
             "applier extract: pair %012d (%d bytes) in place, slot at %s", seq, size, source.lsn_text(self._handled_end)
         )
+        self.flow.measure()
 
     def _confirm(self, position: int) -> None:
         if position > self.summary.confirmed_lsn:
@@ -209,8 +213,10 @@ class _Extraction:
         position = max(state.confirmed_flush, self._decoded_upto)
         while position < end:
             upto = min(end, position + WINDOW_BYTES)
-            for data in source.peek(self.read_conn, self.slot, self.publication, upto):
+            for data in self.flow.until_held(source.peek(self.read_conn, self.slot, self.publication, upto)):
                 self.decoder.handle(data)
+            if self.flow.held:  # stopped after the pair that crossed extract.max_backlog_mb
+                break
             # A peek returns whole transactions only, so every commit up to upto is decoded.
             self._decoded_upto = position = max(upto, self._handled_end)
             if not self._pending:
@@ -272,21 +278,25 @@ def _extract_locked(
     run = _Extraction(config, advance=advance)
     try:
         while True:
-            run.materializer.prepare(run.ctl_conn)  # subscriptions: markers, and the next chunks
             state = source.slot_state(run.ctl_conn, run.slot)
-            end = state.wal_end
-            if max_wal_mb is not None:
-                end = min(end, state.confirmed_flush + int(max_wal_mb * MIB))
-            run.batch(end)
-            if run.materializer.busy and not should_stop():
-                continue  # a nonatomic copy goes on, chunk by chunk, in a bounded batch too
+            if run.flow.admits(state):
+                run.materializer.prepare(run.ctl_conn)  # subscriptions: their markers, the next chunks
+                state = source.slot_state(run.ctl_conn, run.slot)  # the WAL end past the markers
+                end = state.wal_end
+                if max_wal_mb is not None:
+                    end = min(end, state.confirmed_flush + int(max_wal_mb * MIB))
+                run.batch(end)
+                if run.materializer.busy and not should_stop():
+                    continue  # a nonatomic copy goes on, chunk by chunk, in a bounded batch too
             if not follow or should_stop():
                 break
             run.flush_if_quiet()
             time.sleep(POLL_SECONDS)
         run.finish()
+        run.flow.finish(run.summary)
     except psycopg.Error as e:
-        raise ExtractError(f"the source failed during extraction: {str(e).strip().splitlines()[0]}") from e
+        error = SourceUnavailableError if isinstance(e, psycopg.OperationalError) else ExtractError
+        raise error(f"the source failed during extraction: {str(e).strip().splitlines()[0]}") from e
     finally:
         run.close()
     return run.summary

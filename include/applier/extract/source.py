@@ -11,14 +11,15 @@ place (see :mod:`applier.extract.run`).
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+import contextlib
+from collections.abc import Generator, Sequence
 from dataclasses import dataclass
 
 import psycopg
 from psycopg import sql
 from psycopg.types.string import TextLoader
 
-from applier.errors import ExtractError
+from applier.errors import ExtractError, SourceUnavailableError
 from applier.extract.decode import MARKER_PREFIX
 from applier.extract.pgoutput import Relation, RelationColumn
 from applier.extract.types import SESSION_SETTINGS
@@ -26,16 +27,23 @@ from applier.extract.types import SESSION_SETTINGS
 FETCH_ROWS = 2000
 
 
-def connect(url: str, *, autocommit: bool) -> psycopg.Connection[tuple[object, ...]]:
+def connect(url: str, *, autocommit: bool, timeout_s: int | None = None) -> psycopg.Connection[tuple[object, ...]]:
     """A connection to the source whose output settings make pgoutput's text what types.py reads.
 
+    Args:
+        url: the libpq connection string.
+        autocommit: whether each statement commits on its own.
+        timeout_s: how long connecting may take (default: the connection string's, else libpq's: none).
+
     Raises:
-        ExtractError: the source cannot be reached.
+        SourceUnavailableError: the source cannot be reached.
     """
+    if timeout_s is not None:
+        url = psycopg.conninfo.make_conninfo(url, connect_timeout=timeout_s)
     try:
         conn = psycopg.connect(url, autocommit=autocommit, application_name="applier extract")
     except psycopg.OperationalError as e:
-        raise ExtractError(f"the source cannot be reached: {str(e).strip().splitlines()[0]}") from e
+        raise SourceUnavailableError(f"the source cannot be reached: {str(e).strip().splitlines()[0]}") from e
     for name, value in SESSION_SETTINGS.items():
         conn.execute(sql.SQL("SELECT set_config({}, {}, false)").format(sql.Literal(name), sql.Literal(value)))
     if autocommit is False:
@@ -69,16 +77,54 @@ def slot_state(conn: psycopg.Connection[tuple[object, ...]], slot: str) -> SlotS
     return SlotState(int(str(row[0])), int(str(row[1])))
 
 
+@dataclass(frozen=True)
+class SlotWal:
+    """What a slot costs the source and how far extraction is behind, in bytes of WAL.
+
+    Attributes:
+        retained_bytes: the server's WAL end minus the slot's ``restart_lsn``:
+            the WAL the server keeps for the slot (None once the slot lost it).
+        lag_bytes: the WAL end minus the slot's ``confirmed_flush_lsn``: WAL
+            not extracted yet (other databases' WAL counts too).
+        wal_status: ``reserved``, ``extended``, ``unreserved`` or ``lost``
+            (``max_slot_wal_keep_size`` passed), as ``pg_replication_slots`` says.
+    """
+
+    retained_bytes: int | None
+    lag_bytes: int
+    wal_status: str
+
+
+def slot_wal(conn: psycopg.Connection[tuple[object, ...]], slot: str) -> SlotWal:
+    """The slot's retained WAL and extraction lag.
+
+    Raises:
+        ExtractError: the slot does not exist.
+    """
+    row = conn.execute(
+        "SELECT pg_current_wal_lsn() - restart_lsn, pg_current_wal_lsn() - confirmed_flush_lsn, wal_status "
+        "FROM pg_replication_slots WHERE slot_name = %s",
+        (slot,),
+    ).fetchone()
+    if row is None:
+        raise ExtractError(f"replication slot {slot} does not exist; run applier extract --setup")
+    retained = None if row[0] is None else max(0, int(str(row[0])))
+    return SlotWal(retained, max(0, int(str(row[1] or 0))), str(row[2] or "unknown"))
+
+
 def lsn_text(position: int) -> str:
     """A WAL position as PostgreSQL writes it (``16/B374D848``)."""
     return f"{position >> 32:X}/{position & 0xFFFFFFFF:X}"
 
 
-def peek(conn: psycopg.Connection[tuple[object, ...]], slot: str, publication: str, upto: int) -> Iterator[bytes]:
+def peek(
+    conn: psycopg.Connection[tuple[object, ...]], slot: str, publication: str, upto: int
+) -> Generator[bytes, None, None]:
     """The slot's pgoutput messages of the transactions committed up to ``upto``, in order.
 
     Reads through a server-side cursor inside one transaction of ``conn``
-    (which must not be in autocommit), ended when the iteration ends.
+    (which must not be in autocommit), ended when the iteration ends or the
+    generator is closed early.
     """
     query = (
         "SELECT data FROM pg_logical_slot_peek_binary_changes(%s, %s::pg_lsn, NULL, "
@@ -91,6 +137,10 @@ def peek(conn: psycopg.Connection[tuple[object, ...]], slot: str, publication: s
             for (data,) in cur:
                 yield bytes(data)  # type: ignore[call-overload]
         conn.commit()
+    except GeneratorExit:  # the caller stopped early (flow control, an error): end the transaction, nothing moved
+        with contextlib.suppress(psycopg.Error):  # a lost connection has no transaction left to end
+            conn.rollback()
+        raise
     except psycopg.errors.ObjectNotInPrerequisiteState as e:
         conn.rollback()
         raise ExtractError(f"slot {slot}: {str(e).strip().splitlines()[0]}") from e
