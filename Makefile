@@ -62,7 +62,7 @@ lint: setup
 	ruff check .
 	mypy
 	mypy dags/applier.py  # apart: the module name "applier" would clash with the package
-	mypy dags/applier_extract.py
+	mypy dags/applier_extract.py dags/applier_materialize.py
 
 # Two workers, a test file at a time each (see README, Tests).
 test: lint

@@ -376,3 +376,16 @@ def test_the_extract_figures_and_line_say_when_a_batch_was_held_back() -> None:
     assert (max_wal_mb_from_params({}), max_wal_mb_from_params({"max_wal_mb": 2})) == (None, 2.0)
     with pytest.raises(ValueError, match="param max_wal_mb: 0 is not a number above 0"):
         max_wal_mb_from_params({"max_wal_mb": 0})
+
+
+def test_subscription_params_are_checked_naming_the_param() -> None:
+    from applier_airflow.extract_builders import subscription_from_params
+
+    assert subscription_from_params({"table": "public.t", "mode": "nonatomic", "chunk_rows": 10}) == (
+        "public.t", "nonatomic", 10
+    )  # fmt: skip
+    assert subscription_from_params({"table": "s.t"}) == ("s.t", "atomic", None)
+    for params, named in (({"table": "t"}, "table"), ({"table": "s.t", "mode": "x"}, "mode"),
+                          ({"table": "s.t", "chunk_rows": 0}, "chunk_rows")):  # fmt: skip
+        with pytest.raises(ValueError, match=f"param {named}:"):
+            subscription_from_params(params)

@@ -26,12 +26,19 @@ def extract_dag(airflow_home: Path) -> Any:  # noqa: F811
     return bag.get_dag("applier_extract")
 
 
-def run_dag(dag: Any, config_path: Path, logical_date: dt.datetime) -> Any:
+@pytest.fixture(scope="module")
+def materialize_dag(airflow_home: Path) -> Any:  # noqa: F811
+    from airflow.dag_processing.dagbag import DagBag
+
+    return DagBag(dag_folder=DAGS_FOLDER).get_dag("applier_materialize")
+
+
+def run_dag(dag: Any, config_path: Path, logical_date: dt.datetime, conf: dict[str, Any] | None = None) -> Any:
     """One run on ``config_path``, named by APPLIER_CONFIG as users do."""
     mp = pytest.MonkeyPatch()
     mp.setenv("APPLIER_CONFIG", str(config_path))
     try:
-        return dag.test(logical_date=logical_date, run_conf={"max_wal_mb": None})
+        return dag.test(logical_date=logical_date, run_conf=conf or {"max_wal_mb": None})
     finally:
         mp.undo()
 
@@ -40,12 +47,12 @@ def states(dag_run: Any) -> dict[str, str]:
     return {ti.task_id: str(ti.state) for ti in dag_run.get_task_instances()}
 
 
-def xcom(dag_run: Any) -> Any:
+def xcom(dag_run: Any, dag_id: str = "applier_extract", task_id: str = "extract") -> Any:
     from airflow.models.xcom import XComModel
     from airflow.utils.session import create_session
 
     with create_session() as session:
-        query = XComModel.get_many(run_id=dag_run.run_id, dag_ids="applier_extract", task_ids="extract")
+        query = XComModel.get_many(run_id=dag_run.run_id, dag_ids=dag_id, task_ids=task_id)
         return XComModel.deserialize_value(session.scalars(query).one())
 
 
@@ -79,3 +86,41 @@ def test_a_run_extracts_a_bounded_batch_and_is_skipped_while_another_extractor_r
         second = run_dag(extract_dag, config_path, FIRST + dt.timedelta(minutes=1))
     assert states(second) == {"extract": "skipped"}
     assert len(pair_rows(config.intermediate_dir)) == 3
+
+
+
+def test_the_materialize_dag_copies_a_table_and_fails_naming_a_refusal(
+    materialize_dag: Any, tmp_path: Path, logical_source: Source
+) -> None:
+    from applier.extract.subscriptions import Registry
+
+    url, slot, publication = logical_source
+    config_path = tmp_path / "applier.yaml"
+    config_path.write_text(
+        f"configuration_name: ext\nintermediate_dir: {tmp_path / 'pairs'}\noutput_dir: {tmp_path / 'out'}\n"
+        f"target:\n  path: {tmp_path / 'target'}\nsource:\n  url: '{url}'\n  slot: {slot}\n"
+        f"  publication: {publication}\n  include: [public.other]\n"
+    )
+    config = extract_config(tmp_path, logical_source, "source.include=public.other")
+    prepare(
+        config,
+        "CREATE TABLE other (id int PRIMARY KEY)",
+        "CREATE TABLE t (id int PRIMARY KEY, v text)",
+        "INSERT INTO t SELECT g, 'v' || g FROM generate_series(1, 5) g",
+        "CREATE TABLE bag (v int)",
+    )
+    conf = {"table": "public.t", "mode": "incremental", "chunk_rows": 2}
+    done = run_dag(materialize_dag, config_path, FIRST, conf)
+    assert states(done) == {"subscribe": "success"}
+    assert xcom(done, "applier_materialize", "subscribe") == {
+        "table": "public.t", "mode": "incremental", "state": "activating", "copied_rows": 5, "recovering": False
+    }  # fmt: skip
+    inserts = [r for r in pair_rows(config.intermediate_dir) if r["table"] == "public.t" and r["op"] == "I"]
+    assert sorted(r["after"]["id"] for r in inserts) == [1, 2, 3, 4, 5] and len({r["xid"] for r in inserts}) == 3
+
+    refused = run_dag(materialize_dag, config_path, FIRST + dt.timedelta(minutes=1),
+                      {"table": "public.bag", "mode": "nonatomic", "chunk_rows": None})  # fmt: skip
+    assert states(refused) == {"subscribe": "failed"}
+    assert Registry(config.intermediate_dir).load()["public.bag"].error == (
+        "table public.bag has no primary key: subscribe it in atomic or incremental mode"
+    )

@@ -76,7 +76,7 @@ def bag(airflow_home: Path) -> Any:  # noqa: F811
 
     bag = DagBag(dag_folder=DAGS_FOLDER)
     assert bag.import_errors == {}
-    assert sorted(bag.dag_ids) == ["applier", "applier_extract"]
+    assert sorted(bag.dag_ids) == ["applier", "applier_extract", "applier_materialize"]
     return bag
 
 
@@ -92,7 +92,7 @@ def extract_dag(bag: Any) -> Any:
 
 def test_the_dag_parses_without_lookups_or_heavy_imports(airflow_home: Path) -> None:  # noqa: F811
     parsed = parse_guarded(airflow_home, DAGS_FOLDER)
-    schedules = {"applier": "*/5 * * * *", "applier_extract": "* * * * *"}
+    schedules = {"applier": "*/5 * * * *", "applier_extract": "* * * * *", "applier_materialize": "None"}
     assert parsed == {"errors": {}, "schedules": schedules, "lookups": [], "heavy": []}
 
 
@@ -106,9 +106,9 @@ def test_the_parse_guard_catches_a_lookup_at_parse_time(airflow_home: Path, tmp_
 
 def test_the_schedule_comes_from_the_environment(airflow_home: Path) -> None:  # noqa: F811
     hourly = parse_guarded(airflow_home, DAGS_FOLDER, APPLIER_SCHEDULE="@hourly", APPLIER_EXTRACT_SCHEDULE="none")
-    assert hourly["schedules"] == {"applier": "@hourly", "applier_extract": "None"}
+    assert hourly["schedules"] == {"applier": "@hourly", "applier_extract": "None", "applier_materialize": "None"}
     none = parse_guarded(airflow_home, DAGS_FOLDER, APPLIER_SCHEDULE="none", APPLIER_EXTRACT_SCHEDULE="*/2 * * * *")
-    assert none["schedules"] == {"applier": "None", "applier_extract": "*/2 * * * *"}
+    assert none["schedules"] == {"applier": "None", "applier_extract": "*/2 * * * *", "applier_materialize": "None"}
 
 
 def test_runs_are_serial_without_catchup_and_retried(dag: Any) -> None:
@@ -219,3 +219,20 @@ def test_the_extract_dag_refuses_a_bad_max_wal_mb(extract_dag: Any, value: Any) 
 
     with pytest.raises(ParamValidationError, match="Invalid input for param max_wal_mb"):
         _serialized_params(extract_dag).deep_merge({"max_wal_mb": value}).validate()
+
+
+def test_the_materialize_dag_is_triggered_with_a_table_a_mode_and_chunk_rows(bag: Any) -> None:
+    from airflow.exceptions import ParamValidationError
+
+    from applier_airflow.materialize import ApplierSubscribeOperator
+
+    dag = bag.get_dag("applier_materialize")
+    assert (dag.max_active_runs, dag.catchup, type(dag.timetable).__name__) == (1, False, "NullTimetable")
+    assert [type(t) for t in dag.tasks] == [ApplierSubscribeOperator] and dag.get_task("subscribe").retries == 0
+    assert "### Materialize" in dag.doc_md
+    params = _serialized_params(dag)
+    chosen = {"table": "public.orders", "mode": "nonatomic", "chunk_rows": 5000}
+    assert params.deep_merge(chosen).validate() == chosen
+    for bad in ({"table": "orders"}, {"mode": "fast"}, {"chunk_rows": 0}):
+        with pytest.raises(ParamValidationError, match=f"Invalid input for param {next(iter(bad))}"):
+            _serialized_params(dag).deep_merge(bad).validate()

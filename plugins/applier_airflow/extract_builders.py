@@ -6,6 +6,7 @@ here imports the extractor (it imports pyarrow), so DAG files may import it.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
@@ -72,3 +73,23 @@ def extract_line(figures: Mapping[str, Any]) -> str:
     if figures["held_back"]:
         line += "; held back by the unapplied backlog (extract.max_backlog_mb): ended early"
     return line
+
+
+MODES = ("atomic", "incremental", "nonatomic")
+_TABLE = re.compile(r"^[A-Za-z_][A-Za-z0-9_$]*\.[A-Za-z_][A-Za-z0-9_$]*$")
+
+
+def subscription_from_params(params: Mapping[str, Any]) -> tuple[str, str, int | None]:
+    """The ``applier_materialize`` params: ``(table, mode, chunk_rows)``.
+
+    Raises:
+        ValueError: a param the form's schema should have refused (a direct call), naming it.
+    """
+    table, mode, chunk_rows = params.get("table"), params.get("mode", "atomic"), params.get("chunk_rows")
+    if not isinstance(table, str) or not _TABLE.match(table):
+        raise ValueError(f"param table: {table!r} is not schema.table")
+    if mode not in MODES:
+        raise ValueError(f"param mode: {mode!r} is not one of {', '.join(MODES)}")
+    if chunk_rows is not None and (isinstance(chunk_rows, bool) or not isinstance(chunk_rows, int) or chunk_rows < 1):
+        raise ValueError(f"param chunk_rows: {chunk_rows!r} is not a whole number above 0")
+    return table, mode, chunk_rows
