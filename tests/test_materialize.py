@@ -273,6 +273,10 @@ def test_cli_subscribe_lists_and_refuses_with_exit_codes(
     assert "error: table public.bag has no primary key" in capsys.readouterr().out
     assert main(["subscriptions", *args, "--drop", "public.nope"]) == 2
     assert "table public.nope has no subscription" in capsys.readouterr().err
+    assert main(["status", *args]) == 0
+    status = capsys.readouterr().out
+    assert "subscriptions: 2" in status and "  public.t (incremental): activating, 6000 rows copied" in status
+    assert "  public.bag (nonatomic): defined, recovering, 0 rows copied: table public.bag has no primary key" in status
     assert main(["subscriptions", *args]) == 0
     listing = capsys.readouterr().out.splitlines()
     assert [line.split("  ")[:3] for line in listing] == [

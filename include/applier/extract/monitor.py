@@ -132,4 +132,23 @@ def source_status_lines(config: Config, now: dt.datetime | None = None) -> list[
     warning = retained_wal_warning(s.slot, s.wal.retained_bytes if s.wal else None, config.extract.warn_retained_wal_mb)
     if warning:
         lines.append(f"warning: {warning}")
+    return lines + _subscription_lines(config)
+
+
+def _subscription_lines(config: Config) -> list[str]:
+    """One line per subscription: its mode, state (off the Applier's checkpoint), rows copied, error."""
+    from applier.engine.checkpoint import CheckpointStore
+    from applier.extract.subscriptions import Registry, applier_state
+
+    subs = Registry(config.intermediate_dir).load()
+    if not subs:
+        return []
+    applied = CheckpointStore(config.work_dir).load().applied_commit_lsn or 0
+    lines = [f"subscriptions: {len(subs)}"]
+    for sub in subs.values():
+        flag = ", recovering" if sub.recovering else ""
+        error = f": {sub.error}" if sub.error else ""
+        lines.append(
+            f"  {sub.table} ({sub.mode}): {applier_state(sub, applied)}{flag}, {sub.copied_rows} rows copied{error}"
+        )
     return lines
