@@ -7,6 +7,7 @@ damages the copy with delta-rs.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import shutil
@@ -22,7 +23,7 @@ import pyarrow.parquet as pq
 import pytest
 from deltalake import DeltaTable, Field, write_deltalake
 
-from applier.config import Config
+from applier.config import Config, ValidateConfig
 from applier.engine.checkpoint import CheckpointStore
 from applier.errors import UsageError, ValidationError
 from applier.generate import generate_workload
@@ -230,6 +231,14 @@ def copy_of(loaded: Config, tmp_path: Path) -> Config:
     return config
 
 
+ENGINES = ["in memory", "Spark"]
+
+
+def on(config: Config, engine: str) -> Config:
+    """``config`` validating in memory (pandas on Arrow, the default for small tables) or through Spark."""
+    return dataclasses.replace(config, validate=ValidateConfig(1_000_000 if engine == "in memory" else 0))
+
+
 def table_path(config: Config, table: str) -> str:
     assert config.target.path is not None
     schema_name, table_name = table.split(".")
@@ -276,11 +285,12 @@ def test_a_clean_load_passes_every_table_and_writes_json_and_data_docs(loaded: C
     }
 
 
+@pytest.mark.parametrize("engine", ENGINES)
 @pytest.mark.spark
 def test_a_duplicate_key_fails_naming_the_table_and_the_uniqueness_expectation(
-    loaded: Config, spark: Any, tmp_path: Path
+    loaded: Config, spark: Any, tmp_path: Path, engine: str
 ) -> None:
-    config = copy_of(loaded, tmp_path)
+    config = on(copy_of(loaded, tmp_path), engine)
     path = table_path(config, ORDERS)
     rows = DeltaTable(path).to_pyarrow_table()
     write_deltalake(path, rows.slice(0, 1), mode="append")
@@ -314,11 +324,14 @@ def test_a_deleted_row_fails_the_reconciliation_with_the_checkpoint_count(
     ]
 
 
+@pytest.mark.parametrize("engine", ENGINES)
 @pytest.mark.spark
-def test_a_null_in_a_non_nullable_column_fails_naming_the_column(loaded: Config, spark: Any, tmp_path: Path) -> None:
+def test_a_null_in_a_non_nullable_column_fails_naming_the_column(
+    loaded: Config, spark: Any, tmp_path: Path, engine: str
+) -> None:
     # delta-rs refuses a null in a NOT NULL column, so the damage is a rewrite
     # that relaxed the column first: the way such a null gets into a table.
-    config = copy_of(loaded, tmp_path)
+    config = on(copy_of(loaded, tmp_path), engine)
     path = table_path(config, CUSTOMERS)
     rows = DeltaTable(path).to_pyarrow_table()
     at = rows.schema.get_field_index("name")
@@ -331,10 +344,13 @@ def test_a_null_in_a_non_nullable_column_fails_naming_the_column(loaded: Config,
         report.raise_for_failure()
 
 
+@pytest.mark.parametrize("engine", ENGINES)
 @pytest.mark.spark
-def test_a_decimal_of_another_precision_fails_the_type_expectation(loaded: Config, spark: Any, tmp_path: Path) -> None:
+def test_a_decimal_of_another_precision_fails_the_type_expectation(
+    loaded: Config, spark: Any, tmp_path: Path, engine: str
+) -> None:
     # GX's own type expectation would pass: it compares a Spark type's class only.
-    config = copy_of(loaded, tmp_path)
+    config = on(copy_of(loaded, tmp_path), engine)
     path = table_path(config, PRODUCTS)
     rows = DeltaTable(path).to_pyarrow_table()
     at = rows.schema.get_field_index("price")
@@ -349,11 +365,12 @@ def test_a_decimal_of_another_precision_fails_the_type_expectation(loaded: Confi
     ]
 
 
+@pytest.mark.parametrize("engine", ENGINES)
 @pytest.mark.spark
 def test_a_table_whose_older_file_predates_an_added_column_reads_it_as_null_and_validates(
-    loaded: Config, spark: Any, tmp_path: Path
+    loaded: Config, spark: Any, tmp_path: Path, engine: str
 ) -> None:
-    config = copy_of(loaded, tmp_path)
+    config = on(copy_of(loaded, tmp_path), engine)
     path = table_path(config, CUSTOMERS)
     rows = DeltaTable(path).to_pyarrow_table()
     assert rows.column_names[-1] == "phone", "the workload adds phone to shop.customers"
@@ -434,3 +451,22 @@ def test_the_cli_prints_each_table_and_exits_5_when_validation_fails(loaded: Con
     assert "  expect_column_values_to_be_unique(id) failed: 2 unexpected values" in lines
     assert f"data docs: {config.work_dir / 'validation' / 'data_docs' / 'index.html'}" in lines
     assert f"applier: error: validation failed: {ORDERS}: expect_table_row_count_to_equal failed" in done.stderr
+
+
+@pytest.mark.spark
+def test_small_tables_are_validated_without_starting_spark(loaded: Config, tmp_path: Path) -> None:
+    """A load under ``validate.in_memory_max_rows`` starts no JVM: checked in a fresh process."""
+    config = copy_of(loaded, tmp_path)
+    script = (
+        "import sys\n"
+        "from pyspark import SparkContext\n"
+        "from applier.config import load_config\n"
+        "from applier.validate import validate_target\n"
+        "config = load_config(None, sys.argv[1:])\n"
+        "report = validate_target(config, None, results_name='no-spark')\n"
+        "print(report.success, len(report.tables), SparkContext._active_spark_context is None)\n"
+    )
+    settings = [f"configuration_name={config.configuration_name}", f"intermediate_dir={config.intermediate_dir}",
+                f"output_dir={config.output_dir}", f"target.path={config.target.path}"]  # fmt: skip
+    done = subprocess.run([sys.executable, "-c", script, *settings], capture_output=True, text=True, check=True)
+    assert done.stdout.split() == ["True", str(len(ALL_TABLES)), "True"]

@@ -335,11 +335,10 @@ def _queue_lines(queue: dict[str, Any]) -> list[str]:
 
 def validate(args: argparse.Namespace) -> int:
     """``applier validate``: validate target tables; a failed expectation exits with code 5."""
-    from applier.engine.session import start_spark
     from applier.validate import validate_target
 
     config = load_config(args.config, args.overrides)
-    report = validate_target(config, start_spark(config), args.tables)
+    report = validate_target(config, None, args.tables)  # Spark starts only for a table too large for memory
     if not report.tables:
         print(f"configuration {config.configuration_name}: no table to validate (nothing applied yet)")
     for name, table in report.tables.items():

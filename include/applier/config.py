@@ -139,6 +139,18 @@ class ErrorsConfig:
 
 
 @dataclass(frozen=True)
+class ValidateConfig:
+    """``validate.*``: how target tables are validated after a load.
+
+    ``in_memory_max_rows``: a table the checkpoint expects to hold at most
+    this many rows is read into Arrow and validated with Great Expectations'
+    pandas engine, without Spark; a larger one through Spark. 0: always Spark.
+    """
+
+    in_memory_max_rows: int = 1_000_000
+
+
+@dataclass(frozen=True)
 class SparkConfig:
     """``spark.*``: the Spark application the Applier runs in."""
 
@@ -220,6 +232,7 @@ class Config:
     source: SourceConfig = SourceConfig()
     extract: ExtractConfig = ExtractConfig()
     materialize: MaterializeConfig = MaterializeConfig()
+    validate: ValidateConfig = ValidateConfig()
 
     @property
     def work_dir(self) -> Path:
@@ -281,6 +294,10 @@ _KEYS: dict[str, tuple[Callable[[str, Any], Any], Any]] = {
     "apply.command_convert": (cv.conversions, frozenset()),
     "errors.command_retry": (cv.int_at_least(0, "tries again of a failing transaction"), 3),
     "spark.master": (cv.text, "local[*]"),
+    "validate.in_memory_max_rows": (
+        cv.int_at_least(0, "rows up to which a table is validated without Spark"),
+        1_000_000,
+    ),
     "source.url": (cv.text, None),
     "source.slot": (cv.slot_name, None),
     "source.publication": (cv.slot_name, None),
@@ -451,6 +468,7 @@ def load_config(path: Path | str | None, overrides: Sequence[str] = ()) -> Confi
             statement_timeout_s=values["target.statement_timeout_s"],
         ),
         spark=SparkConfig(master=values["spark.master"], conf=MappingProxyType(spark_conf)),
+        validate=ValidateConfig(in_memory_max_rows=values["validate.in_memory_max_rows"]),
         errors=ErrorsConfig(
             actions=MappingProxyType(_prefixed(values, _ACTIONS)), command_retry=values["errors.command_retry"]
         ),

@@ -6,8 +6,6 @@ out, so the operators stay a few lines each.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
 from applier.config import Config
@@ -78,28 +76,6 @@ def recorded_run(config: Config, key: str) -> RunRecord:
     return record
 
 
-@contextmanager
-def spark_session(config: Config) -> Iterator[Any]:
-    """A Spark session for ``config``, stopped after only if this call started Spark.
-
-    A task process normally has no Spark yet; when it has (``dag.test()`` in a
-    process that already runs Spark), that session is used and left running.
-    """
-    from pyspark import SparkContext
-    from pyspark.sql import SparkSession
-
-    from applier.engine.session import start_spark
-
-    if SparkContext._active_spark_context is not None:
-        yield SparkSession.builder.getOrCreate()  # as it is: its settings are not changed
-        return
-    session = start_spark(config)
-    try:
-        yield session
-    finally:
-        session.stop()
-
-
 def validate_tables(config: Config, tables: list[str], key: str) -> ValidationReport | None:
     """Validate ``tables`` of the target; results are kept under the run key's name.
 
@@ -108,7 +84,13 @@ def validate_tables(config: Config, tables: list[str], key: str) -> ValidationRe
     """
     if not tables:
         return None
+    from pyspark import SparkContext
+    from pyspark.sql import SparkSession
+
     from applier.validate import validate_target
 
-    with spark_session(config) as spark:
-        return validate_target(config, spark, tables, results_name=key)
+    # A session the task already has is used (``dag.test()`` in a process running Spark), as it is;
+    # otherwise one starts only for a table too large to validate in memory, and stops after.
+    active = SparkContext._active_spark_context is not None
+    spark = SparkSession.builder.getOrCreate() if active else None
+    return validate_target(config, spark, tables, results_name=key)

@@ -55,6 +55,12 @@ class DeltaDialect:
             _root(config), config.configuration_name, threads=config.apply.threads, collisions=Collisions.of(config)
         )
 
+    def read_arrow(self, config: Config, table: str) -> Any | None:
+        from applier.targets.delta import DeltaTarget
+        from applier.validate.read import read_delta_arrow
+
+        return read_delta_arrow(DeltaTarget(_root(config), config.configuration_name).table_path(table), table)
+
     def read_table(self, config: Config, spark: Any, table: str) -> Any | None:
         from applier.targets.delta import DeltaTarget
         from applier.validate.read import read_delta_table

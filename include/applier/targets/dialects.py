@@ -81,6 +81,15 @@ class Dialect(Protocol):
         """
         ...
 
+    def read_arrow(self, config: Config, table: str) -> Any | None:
+        """``table``'s current contents as an Arrow table; None when the target lacks it (validation, in memory).
+
+        Raises:
+            ConfigError: a required setting is missing.
+            TargetError: the table cannot be read.
+        """
+        ...
+
     def read_table(self, config: Config, spark: Any, table: str) -> Any | None:
         """``table``'s current contents as a Spark DataFrame; None when the target lacks it (validation).
 

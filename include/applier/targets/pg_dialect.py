@@ -56,6 +56,9 @@ class PostgresDialect:
             collisions=Collisions.of(config),
         )
 
+    def read_arrow(self, config: Config, table: str) -> Any | None:
+        return self.open(config).read_arrow(table)
+
     def read_table(self, config: Config, spark: Any, table: str) -> Any | None:
         from applier.validate.read import read_through_arrow
 

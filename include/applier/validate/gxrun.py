@@ -1,8 +1,9 @@
 """Running suites with Great Expectations: one ephemeral context per validation.
 
 The context keeps its suites and results in memory and has one Data Docs
-site, a folder. Each table is a DataFrame asset of one Spark data source (the
-caller's session), validated through a validation definition so that its
+site, a folder. Each table is a DataFrame asset of one of two data sources: a
+Spark one (a large table, read through the caller's session) or a pandas one
+(a table small enough to validate in memory, read as Arrow), validated through a validation definition so that its
 result lands in the context's results store, which is what Data Docs render.
 The site therefore shows the validation just run: its folder is emptied
 before each build, so pages of earlier validations do not pile up unlinked
@@ -22,6 +23,7 @@ from applier.validate._gx import gx
 
 _SITE = "applier"
 _SOURCE = "target"
+_IN_MEMORY = "target_in_memory"
 
 
 def _project_config(docs_dir: Path) -> Any:
@@ -59,7 +61,7 @@ class SuiteRunner:
 
         self.docs_dir = docs_dir
         self.context = gx.get_context(mode="ephemeral", project_config=_project_config(docs_dir))
-        self.source = self.context.data_sources.add_spark(name=_SOURCE)
+        self._sources: dict[str, Any] = {}
         self.run_id = RunIdentifier(run_name=run_name, run_time=dt.datetime.now(dt.UTC))
 
     def validate(self, name: str, frame: Any, expectations: Sequence[Any]) -> dict[str, Any]:
@@ -70,13 +72,14 @@ class SuiteRunner:
 
         Args:
             name: the suite's (and asset's) name, the table name.
-            frame: a Spark DataFrame of the table.
+            frame: a Spark DataFrame of the table, or a pandas one (Arrow-backed columns).
             expectations: the suite's expectations.
 
         Returns:
             GX's suite validation result as JSON.
         """
-        asset = self.source.add_dataframe_asset(name=name)
+        in_memory = not hasattr(frame, "unpersist")
+        asset = self._source(in_memory).add_dataframe_asset(name=name)
         batch = asset.add_batch_definition_whole_dataframe(name="whole table")
         suite = self.context.suites.add(gx.ExpectationSuite(name=name, expectations=list(expectations)))
         definition = self.context.validation_definitions.add(
@@ -85,9 +88,18 @@ class SuiteRunner:
         try:
             result = definition.run(batch_parameters={"dataframe": frame}, result_format="BASIC", run_id=self.run_id)
         finally:
-            frame.unpersist()
+            if not in_memory:
+                frame.unpersist()
         as_json: dict[str, Any] = result.to_json_dict()
         return as_json
+
+    def _source(self, in_memory: bool) -> Any:
+        """The pandas or the Spark data source, added when first needed (a Spark one needs a session)."""
+        name = _IN_MEMORY if in_memory else _SOURCE
+        if name not in self._sources:
+            sources = self.context.data_sources
+            self._sources[name] = sources.add_pandas(name=name) if in_memory else sources.add_spark(name=name)
+        return self._sources[name]
 
     def build_docs(self) -> tuple[Path, dict[str, Path]]:
         """Rebuild the Data Docs site from this run's results.

@@ -21,6 +21,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+import pyarrow as pa
 from deltalake import DeltaTable
 from deltalake.exceptions import DeltaError
 from pyspark.sql import types as T
@@ -65,6 +66,27 @@ def read_through_arrow(spark: Any, target: Target, table: str) -> Any | None:
     if rows is None:
         return None
     return spark.createDataFrame(rows)
+
+
+def read_target_arrow(config: Config, table: str) -> pa.Table | None:
+    """One target table's current contents as Arrow, for validation in memory (None: the target lacks it)."""
+    rows: pa.Table | None = dialect(config.target.type, "validation reads").read_arrow(config, table)
+    return rows
+
+
+def read_delta_arrow(path: Path, table: str) -> pa.Table | None:
+    """A Delta table's current version as Arrow, through delta-rs (None when ``path`` holds no Delta table).
+
+    Raises:
+        TargetError: delta-rs cannot open or read the table.
+    """
+    try:
+        if not DeltaTable.is_deltatable(str(path)):
+            return None
+        rows: pa.Table = DeltaTable(str(path)).to_pyarrow_table()
+    except (DeltaError, OSError) as e:
+        raise TargetError(f"table {table}: reading the Delta table at {path} failed: {_first_line(e)}") from e
+    return rows
 
 
 def read_delta_table(spark: Any, path: Path, table: str) -> Any | None:

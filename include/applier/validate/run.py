@@ -1,7 +1,11 @@
 """Validate a configuration's target tables after a load.
 
-For each table: read it from the target as a Spark DataFrame, build its suite
-from the checkpoint's definition and row count, validate with GX. Then one
+For each table: read it from the target, build its suite from the
+checkpoint's definition and row count, validate with GX. A table the
+checkpoint expects to hold at most ``validate.in_memory_max_rows`` rows is read
+into Arrow and validated with GX's pandas engine, in a fraction of a second
+and without Spark; a larger one as a Spark DataFrame, with a session started
+only then (measured on the demo load: docs/benchmarks.md). Then one
 JSON file of results under ``<output_dir>/<configuration_name>/validation/<results_name>/``
 and the Data Docs site under ``.../validation/data_docs/``.
 """
@@ -21,7 +25,7 @@ from applier.config import Config
 from applier.engine.checkpoint import Checkpoint, CheckpointStore
 from applier.errors import UsageError
 from applier.validate.gxrun import SuiteRunner
-from applier.validate.read import read_target_table
+from applier.validate.read import read_target_arrow, read_target_table
 from applier.validate.report import TableResult, ValidationReport, expectation_result
 from applier.validate.suite import table_expectations
 
@@ -37,9 +41,27 @@ def validation_dir(config: Config) -> Path:
     return config.work_dir / "validation"
 
 
+class _LazySpark:
+    """The caller's Spark session, or one started when a table first needs it (and stopped at the end)."""
+
+    def __init__(self, config: Config, given: Any) -> None:
+        self.config, self.session, self.started = config, given, False
+
+    def __call__(self) -> Any:
+        if self.session is None:
+            from applier.engine.session import start_spark
+
+            self.session, self.started = start_spark(self.config), True
+        return self.session
+
+    def stop(self) -> None:
+        if self.started:
+            self.session.stop()
+
+
 def validate_target(
     config: Config,
-    spark: Any,
+    spark: Any = None,
     tables: Sequence[str] | None = None,
     *,
     results_name: str | None = None,
@@ -48,7 +70,8 @@ def validate_target(
 
     Args:
         config: the configuration whose checkpoint and target are validated.
-        spark: the Spark session to read the tables with.
+        spark: the Spark session to read large tables with; None starts one
+            if a table needs it (and stops it at the end).
         tables: the tables to validate (``schema.table``); None validates every
             table of the checkpoint.
         results_name: names the results folder, e.g. the run key of the run
@@ -72,10 +95,14 @@ def validate_target(
     runner = SuiteRunner(validation_dir(config) / "data_docs", name)
     results: dict[str, TableResult] = {}
     gx_results: dict[str, dict[str, Any]] = {}
-    for table in names:
-        results[table], gx_result = _validate_table(config, spark, runner, checkpoint, table)
-        if gx_result is not None:
-            gx_results[table] = gx_result
+    session = _LazySpark(config, spark)
+    try:
+        for table in names:
+            results[table], gx_result = _validate_table(config, session, runner, checkpoint, table)
+            if gx_result is not None:
+                gx_results[table] = gx_result
+    finally:
+        session.stop()
     index, pages = runner.build_docs()
     results = {t: _with_page(r, pages.get(t)) for t, r in results.items()}
     json_path = validation_dir(config) / name / RESULTS_FILE
@@ -98,33 +125,46 @@ def _tables_to_validate(checkpoint: Checkpoint, tables: Sequence[str] | None, co
 
 
 def _validate_table(
-    config: Config, spark: Any, runner: SuiteRunner, checkpoint: Checkpoint, table: str
+    config: Config, spark: _LazySpark, runner: SuiteRunner, checkpoint: Checkpoint, table: str
 ) -> tuple[TableResult, dict[str, Any] | None]:
     """One table's result, and GX's result as JSON (None when the table is missing)."""
     started = time.perf_counter()
     expected = checkpoint.row_counts.get(table)
-    frame = read_target_table(config, spark, table)
+    in_memory = (expected or 0) <= config.validate.in_memory_max_rows
+    frame = _read_in_memory(config, table) if in_memory else read_target_table(config, spark(), table)
     if frame is None:
         result = TableResult(table, expected, missing=True)
         log.info("table %s: not in the target%s", table, "" if result.success else " (FAILED: rows were written)")
         return result, None
     suite = table_expectations(checkpoint.tables[table], expected or 0)
-    context = spark.sparkContext
-    context.setJobDescription(f"applier validate {table}")
-    try:
+    if in_memory:
         gx_result = runner.validate(table, frame, suite)
-    finally:
-        context.setJobDescription(None)
+    else:
+        context = spark().sparkContext
+        context.setJobDescription(f"applier validate {table}")
+        try:
+            gx_result = runner.validate(table, frame, suite)
+        finally:
+            context.setJobDescription(None)
     outcomes = tuple(expectation_result(r) for r in gx_result.get("results", []))
     result = TableResult(table, expected, outcomes)
     log.info(
-        "table %s: %d expectations, %d failed (%.1f s)",
+        "table %s: %d expectations, %d failed (%.1f s, %s)",
         table,
         len(outcomes),
         len(result.failed),
         time.perf_counter() - started,
+        "in memory" if in_memory else "Spark",
     )
     return result, gx_result
+
+
+def _read_in_memory(config: Config, table: str) -> Any | None:
+    """The table as a pandas DataFrame of Arrow-backed columns (exact types: decimals keep their scale)."""
+    import pandas as pd  # type: ignore[import-untyped]
+
+    rows = read_target_arrow(config, table)
+    return None if rows is None else rows.to_pandas(types_mapper=pd.ArrowDtype)
 
 
 def _with_page(result: TableResult, page: Path | None) -> TableResult:

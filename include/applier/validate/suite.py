@@ -14,7 +14,9 @@ For a table the suite asks, in this order:
 GX 1.x compares a Spark column's type by class name only (``DecimalType``
 matches any precision), so types are checked by
 :class:`ExpectColumnValuesToBeOfSparkType`, which compares the whole type:
-``DecimalType(12,2)`` is not ``DecimalType(10,2)``.
+``DecimalType(12,2)`` is not ``DecimalType(10,2)``. A table validated in
+memory (pandas with Arrow-backed columns) is checked against the same names:
+its Arrow types are named as Spark would read them (:func:`arrow_type_name`).
 """
 
 from __future__ import annotations
@@ -43,6 +45,18 @@ def spark_type_name(data_type: T.DataType) -> str:
     return text[:-2] if text.endswith("()") else text
 
 
+def arrow_type_name(data_type: Any) -> str:
+    """An Arrow type named as Spark reads it (:func:`spark_type_name`): ``decimal128(12, 2)``, ``DecimalType(12,2)``."""
+    import pyarrow as pa
+    from pyspark.sql.pandas.types import from_arrow_type
+
+    if pa.types.is_large_string(data_type) or pa.types.is_string_view(data_type):
+        data_type = pa.string()
+    elif pa.types.is_large_binary(data_type) or pa.types.is_binary_view(data_type):
+        data_type = pa.binary()
+    return spark_type_name(from_arrow_type(data_type))
+
+
 class ExpectColumnValuesToBeOfSparkType(ExpectColumnValuesToBeOfType):
     """Expect a Spark column to be of exactly one type, parameters included.
 
@@ -58,16 +72,18 @@ class ExpectColumnValuesToBeOfSparkType(ExpectColumnValuesToBeOfType):
         runtime_configuration: dict[str, Any] | None = None,
         execution_engine: Any = None,
     ) -> dict[str, Any]:
+        from great_expectations.execution_engine.pandas_execution_engine import PandasExecutionEngine
         from great_expectations.execution_engine.sparkdf_execution_engine import SparkDFExecutionEngine
 
-        if not isinstance(execution_engine, SparkDFExecutionEngine):
+        if not isinstance(execution_engine, SparkDFExecutionEngine | PandasExecutionEngine):
             result: dict[str, Any] = super()._validate(metrics, runtime_configuration, execution_engine)
             return result
         column = self.configuration.kwargs.get("column")
         types = [c["type"] for c in metrics.get("table.column_types", []) if c["name"] == column]
         if not types:
             raise ValueError(f"column {column!r} is not in the table")
-        observed = spark_type_name(types[0])
+        spark = isinstance(execution_engine, SparkDFExecutionEngine)
+        observed = spark_type_name(types[0]) if spark else arrow_type_name(types[0].pyarrow_dtype)
         return {"success": observed == self.configuration.kwargs.get("type_"), "result": {"observed_value": observed}}
 
 
