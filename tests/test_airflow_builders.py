@@ -389,3 +389,13 @@ def test_subscription_params_are_checked_naming_the_param() -> None:
                           ({"table": "s.t", "chunk_rows": 0}, "chunk_rows")):  # fmt: skip
         with pytest.raises(ValueError, match=f"param {named}:"):
             subscription_from_params(params)
+
+
+def test_a_conf_key_that_is_no_param_is_named() -> None:
+    from applier_airflow.builders import unknown_conf_keys
+
+    params = {"max_cycles": None, "plan_only": False}
+    assert unknown_conf_keys({"max_cycles": 2}, params) is None
+    assert unknown_conf_keys({"max_cyclez": 1, "plan_only": True}, params) == (
+        "conf key 'max_cyclez' is not a param of this DAG (its params: max_cycles, plan_only)"
+    )

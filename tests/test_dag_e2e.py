@@ -175,6 +175,14 @@ def test_a_run_with_nothing_new_skips_apply_validate_and_report(
     assert xcom(dag_run, "plan")["nothing_new"] is True
 
 
+def test_a_misspelt_conf_key_fails_the_plan_naming_it(first_run: tuple[Config, Any], applier_dag: Any) -> None:
+    config, _ = first_run
+    config_path = Path(config.work_dir).parents[1] / "applier.yaml"
+    dag_run = run_dag(applier_dag, config_path, FIRST + dt.timedelta(minutes=7), max_cyclez=1)
+    assert states(dag_run)["plan"] == "failed"
+    assert states(dag_run)["apply"] in ("skipped", "upstream_failed")  # dag.test() marks what it never ran
+
+
 def deliver(dats: list[Path], folder: Path) -> None:
     for dat in dats:
         shutil.copy(dat, folder)

@@ -393,3 +393,16 @@ def asset_uri(target: TargetConfig, table: str) -> str:
 def asset_uris(target: TargetConfig, tables: Iterable[str]) -> dict[str, str]:
     """The asset URI of each table, keyed by table."""
     return {table: asset_uri(target, table) for table in tables}
+
+
+def unknown_conf_keys(conf: Mapping[str, Any], params: Mapping[str, Any]) -> str | None:
+    """Why a run's conf is refused: a key that is not one of the DAG's params (None: every key is known).
+
+    Airflow validates the params a DAG declares and passes any other conf key
+    through unread, so ``{"max_cyclez": 1}`` would run with the default: all cycles.
+    """
+    unknown = sorted(set(conf) - set(params))
+    if not unknown:
+        return None
+    keys = ", ".join(repr(k) for k in unknown)
+    return f"conf key {keys} is not a param of this DAG (its params: {', '.join(sorted(params))})"

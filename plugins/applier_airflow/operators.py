@@ -39,6 +39,7 @@ from applier_airflow.builders import (
     spark_env,
     submit_outcome,
     touched_tables,
+    unknown_conf_keys,
 )
 from applier_airflow.extract_builders import extract_figures, extract_line, extract_outcome, max_wal_mb_from_params
 from applier_airflow.hooks import CONFIG_VARIABLE, PROJECT_DIR, TARGET_CONN_ID
@@ -84,6 +85,10 @@ class ApplierPlanOperator(ApplierTaskMixin, BaseOperator, SkipMixin):
     def execute(self, context: Context) -> dict[str, Any]:
         from applier_airflow.planning import plan_run
 
+        # Against the DAG's declared params: the run's params already hold every conf key.
+        unknown = unknown_conf_keys(getattr(context["dag_run"], "conf", None) or {}, self.dag.params)
+        if unknown:  # a misspelt key would otherwise be ignored, and the run apply the whole backlog
+            raise AirflowFailException(unknown)
         run = self.resolve(context)
         with failing_on_bad_input():
             plan, gap = plan_run(run.config, context_run_key(context), max_cycles_from_params(context["params"]))
