@@ -91,6 +91,8 @@ def _machine(r: dict[str, Any], add: Add) -> None:
 
 
 def _workloads(r: dict[str, Any], add: Add) -> None:
+    if not r["workloads"]:  # the source steps generate none: pgbench writes their source
+        return
     add("## Workloads")
     add("")
     rows, notes = [], []

@@ -89,7 +89,8 @@ def _tps(r: dict[str, Any], add: Add) -> None:
     para(
         add,
         f"With the extractor: **{w['tps'] / o['tps']:.2f}x** the TPS, {w['latency_ms'] / o['latency_ms']:.2f}x the ",
-        f"average latency. The extractor wrote {ext['rows']:,} rows in {ext['pairs']} pairs, used {ext['cpu_s']:.1f} ",
+        f"average latency. The extractor wrote {ext['rows']:,} rows in {ext['pairs']} pairs (pgbench changed about ",
+        f"{w['transactions'] * 4:,} rows), used {ext['cpu_s']:.1f} ",
         f"s of CPU (its decoding in the server is the server's), peaked at {ext['peak_tree_mib']:,.0f} MiB, and ended ",
         f"{ext['stop_s']:.1f} s after SIGTERM (the batch in hand, then the pending pair). At pgbench's end its slot's ",
         f"confirmed position was {ext['behind_mib']:,.1f} MiB behind the WAL end: a pair confirms it when it closes ",

@@ -199,6 +199,8 @@ def test_the_source_sections_show_throughput_tps_latency_and_materialization() -
     assert "the rows are the stream's changes: yes" in report
     assert "| pgoutput, decoded in the server only (count) | 2.00 | 500,000 | 1,500,000 | 150.0 |" in report
     assert "With the extractor: **0.80x** the TPS, 1.30x the average latency" in report
+    assert "wrote 360,000 rows in 3 pairs (pgbench changed about 360,000 rows)" in report
+    assert "## Workloads" not in report
     assert "here 30 + 14.5 = 44.5 s" in report
     assert "**Latency over all 4,800 markers: p50 44.5 s, p95 71.5 s, max 74.5 s**" in report
     assert "Tick 2 started late" in report
