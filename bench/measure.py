@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import os
 import platform
+import signal
 import subprocess
 import sys
 import threading
@@ -92,19 +93,73 @@ class TreeMemory:
         return self.peak_kib / 1024
 
 
-def run_measured(cmd: list[str], log_path: Path, label: str) -> tuple[int, float, float]:
+def run_measured(
+    cmd: list[str], log_path: Path, label: str, env: dict[str, str] | None = None
+) -> tuple[int, float, float]:
     """Run ``cmd`` with its output in ``log_path``; return (exit code, wall seconds, peak tree MiB)."""
     progress(f"{label}: {' '.join(cmd[1:])}")
     log_path.parent.mkdir(parents=True, exist_ok=True)
     with open(log_path, "w", encoding="utf-8") as log:
         started = time.perf_counter()
-        proc = subprocess.Popen(cmd, cwd=REPO, env=spark_env(), stdout=log, stderr=subprocess.STDOUT)
+        proc = subprocess.Popen(cmd, cwd=REPO, env=env or spark_env(), stdout=log, stderr=subprocess.STDOUT)
         memory = TreeMemory(proc.pid)
         code = proc.wait()
         wall = time.perf_counter() - started
     peak = memory.stop()
     progress(f"{label}: exit {code}, {wall:.1f} s, peak tree RSS {peak:.0f} MiB")
     return code, wall, peak
+
+
+class Background:
+    """A process started now and stopped later (a load, a following extractor): its wall, tree memory and CPU.
+
+    Use it as a context manager, so that a failing step never leaves it running.
+    """
+
+    def __init__(self, cmd: list[str], log_path: Path, label: str, env: dict[str, str] | None = None) -> None:
+        progress(f"{label} (in the background): {' '.join(cmd[1:])}")
+        log_path.parent.mkdir(parents=True, exist_ok=True)
+        self.label, self.log_path = label, log_path
+        with open(log_path, "w", encoding="utf-8") as log:
+            self.started = time.perf_counter()
+            self.proc = subprocess.Popen(cmd, cwd=REPO, env=env or spark_env(), stdout=log, stderr=subprocess.STDOUT)
+        self.memory = TreeMemory(self.proc.pid)
+        self.result: dict[str, Any] | None = None
+
+    def __enter__(self) -> Background:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self.result is None:
+            self.stop(signal.SIGKILL, timeout_s=10)
+
+    def stop(self, signum: int | None = signal.SIGTERM, timeout_s: float = 600) -> dict[str, Any]:
+        """Send ``signum`` (None: wait for the process to end), wait; exit code, wall s, peak tree MiB, CPU s.
+
+        The process is killed when it has not ended ``timeout_s`` after the signal.
+        """
+        if self.result is not None:
+            return self.result
+        signalled = time.perf_counter()
+        # os.kill and os.wait4, not Popen's methods: those reap the process and its resource usage is lost.
+        if signum is not None:
+            os.kill(self.proc.pid, signum)  # an ended process is a zombie until reaped: no error
+        deadline = signalled + timeout_s
+        while True:
+            pid, raw, usage = os.wait4(self.proc.pid, os.WNOHANG)
+            if pid:
+                break
+            if time.perf_counter() > deadline:
+                os.kill(self.proc.pid, signal.SIGKILL)
+                deadline = float("inf")
+            time.sleep(0.05)
+        status = os.waitstatus_to_exitcode(raw)
+        self.proc.returncode = status
+        now = time.perf_counter()
+        self.result = {"code": status, "wall_s": now - self.started, "stop_s": now - signalled,
+                       "peak_tree_mib": self.memory.stop(), "cpu_s": usage.ru_utime + usage.ru_stime}  # fmt: skip
+        progress(f"{self.label}: exit {status}, {self.result['wall_s']:.1f} s, CPU {self.result['cpu_s']:.1f} s")
+        return self.result
 
 
 def tail(path: Path, lines: int = 15) -> str:

@@ -100,9 +100,31 @@ class Databases:
         name = conninfo.conninfo_to_dict(url)["dbname"]
         if name not in self.created:
             raise BenchError(f"database {name} was not created by this benchmark; not dropping it")
+        self._drop_slots(name)
         drop = sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name))
         self._run(drop, f"dropping database {name}")
         self.created.remove(name)
+
+    def _drop_slots(self, name: str) -> None:
+        """Drop the replication slots of database ``name`` (PostgreSQL refuses to drop a database that has any).
+
+        A slot still in use (a ``pg_recvlogical`` or an extractor left running
+        by a failed step) has its process ended first.
+        """
+        import time
+
+        with self._admin() as admin:
+            slots = "SELECT slot_name, active_pid FROM pg_replication_slots WHERE database = %s"
+            for _ in range(50):
+                rows = admin.execute(slots, [name]).fetchall()
+                if not any(pid for _, pid in rows):
+                    break
+                for _, pid in rows:
+                    if pid:
+                        admin.execute("SELECT pg_terminate_backend(%s)", [pid])
+                time.sleep(0.1)
+            for slot, _ in rows:
+                admin.execute("SELECT pg_drop_replication_slot(%s)", [slot])
 
     def drop_all(self) -> None:
         """Drop every database still there; a failure is reported, not raised (this runs while cleaning up)."""

@@ -91,6 +91,8 @@ def _machine(r: dict[str, Any], add: Add) -> None:
 
 
 def _workloads(r: dict[str, Any], add: Add) -> None:
+    if not r["workloads"]:  # the source steps generate none: pgbench writes their source
+        return
     add("## Workloads")
     add("")
     rows, notes = [], []
@@ -319,9 +321,11 @@ def _parts(r: dict[str, Any], add: Add) -> None:
 
 def render(r: dict[str, Any]) -> str:
     """The Markdown report of the results ``r`` (as :meth:`bench.steps.Bench.run` returns them), ending in a newline."""
-    from bench.report_details import SECTIONS  # its sections use this module's helpers
+    from bench.report_details import SECTIONS  # their sections use this module's helpers
+    from bench.report_source import SECTIONS as SOURCE_SECTIONS
 
     lines: list[str] = []
-    for section in (_title, _machine, _workloads, _goals, _side_by_side, _applier_runs, _parts, *SECTIONS):
+    sections = (_title, _machine, _workloads, _goals, _side_by_side, _applier_runs, _parts, *SECTIONS)
+    for section in (*sections, *SOURCE_SECTIONS):
         section(r, lines.append)
     return "\n".join(lines) + "\n"

@@ -38,6 +38,8 @@ from bench.measure import (
     write_config,
 )
 from bench.pg_server import Databases, database_url, fingerprints, round_trip_ms
+from bench.source_apply import step_latency, step_materialize
+from bench.source_bench import step_extract, step_pgbench_tps
 from bench.workload import (
     generate,
     latest_table_defs,
@@ -51,6 +53,7 @@ GROUPS = {
     "memory": ("wide", "many-open", "run-length"),
     "pg": ("pg-compiled", "pg-limit", "pg-forms", "pg-pertxn", "pg-rowbyrow", "pg-network"),
     "errors": ("bad-row",),
+    "source": ("extract", "pgbench-tps", "latency", "materialize"),
 }
 ORDER = tuple(step for steps in GROUPS.values() for step in steps)
 NEEDS = {
@@ -69,7 +72,7 @@ def selected_steps(text: str) -> list[str]:
     for word in (w.strip() for w in text.split(",") if w.strip()):
         if word not in (*ORDER, *GROUPS, "all"):
             raise argparse.ArgumentTypeError(
-                f"unknown step {word!r}; steps: {', '.join(ORDER)}; groups: delta, memory, pg, errors, all"
+                f"unknown step {word!r}; steps: {', '.join(ORDER)}; groups: {', '.join(GROUPS)}, all"
             )
         chosen |= set(ORDER if word == "all" else GROUPS.get(word, (word,)))
     for step in list(chosen):
@@ -121,7 +124,7 @@ class Bench:
         r.update(date=dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M UTC"), driver_memory=a.driver_memory)
         started = time.perf_counter()
         progress(f"steps {', '.join(steps)}; load average {r['load_before']}; work folder {self.workdir}")
-        if any(s.startswith("pg-") for s in steps):
+        if any(s.startswith("pg-") or s in GROUPS["source"] for s in steps):
             r["server"], r["threads"] = self.dbs.facts(), a.threads  # refuses an unreachable server first
         r["machine"] = machine_facts()
         prepare_workdir(self.workdir)
@@ -428,4 +431,8 @@ STEPS: dict[str, Callable[[Bench], None]] = {
     "pg-rowbyrow": lambda b: step_pg_baseline(b, "pg-rowbyrow", b.args.rowbyrow_prefix),
     "pg-network": lambda b: step_pg_network(b) if b.args.network_rtt_ms else None,
     "bad-row": step_bad_row,
+    "extract": step_extract,
+    "pgbench-tps": step_pgbench_tps,
+    "latency": step_latency,
+    "materialize": step_materialize,
 }
