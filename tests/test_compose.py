@@ -173,6 +173,19 @@ def test_driver_and_executors_share_the_paths_the_configuration_names(compose: d
     assert set(SHARED_VOLUMES) <= set(compose["volumes"])
 
 
+def test_the_follow_extractor_is_a_service_of_its_own_profile_on_the_schedulers_folders(
+    compose: dict[str, Any],
+) -> None:
+    services = compose["services"]
+    extractor, scheduler = services["applier-extractor"], services["airflow-scheduler"]
+    assert extractor["profiles"] == ["extract"]  # not started by a plain `up`: it needs source.*
+    script = extractor["command"][-1]
+    assert "--setup" in script and script.endswith('applier extract --config "$APPLIER_CONFIG" --follow')
+    assert extractor["stop_signal"] == "SIGTERM"  # --follow ends after the batch in hand
+    assert mounts(extractor) == mounts(scheduler)  # the intermediate folder the apply DAG reads
+    assert environment(extractor)["APPLIER_CONFIG"] == environment(scheduler)["APPLIER_CONFIG"]
+
+
 def test_the_image_extends_the_pinned_airflow_with_the_project_requirements() -> None:
     dockerfile = (REPO / "Dockerfile").read_text()
     pinned = re.search(r"^apache-airflow==(\S+)$", (REPO / "requirements.txt").read_text(), re.MULTILINE)
