@@ -39,11 +39,13 @@ from applier.engine.parts import PartContext, cycle_parts
 from applier.engine.queue import MemoryQueue
 from applier.engine.reading import CycleInput, buffer_open_rows, missing_pair_error, read_cycle, reread_window
 from applier.engine.report import CycleReport, append_report, peak_rss_mib
+from applier.engine.session import session_of
 from applier.engine.spill import COMMITTED_PART, SPILL_SUFFIX
 from applier.errors import TargetError
 from applier.intermediate.pairs import PairRef, list_pairs
 from applier.intermediate.stream import StreamValidator
 from applier.planner import plan_cycle
+from applier.preflight import refused_pairs
 from applier.targets import Target
 
 log = logging.getLogger("applier")
@@ -165,8 +167,10 @@ class Applier:
             self.target.check_tables(checkpoint.tables)
             if self.journal is not None:
                 self.journal.forget_after(checkpoint.cycle_id)
-            validator = self._rebuild(checkpoint)
-            while not max_cycles or summary.cycles_run < max_cycles:
+            # Nothing to do: no pair after the applied one and no cycle under way, so no rebuild and no Spark.
+            caught_up = not self._work_ahead(checkpoint)
+            validator = None if caught_up else self._rebuild(checkpoint)
+            while validator is not None and (not max_cycles or summary.cycles_run < max_cycles):
                 cycle = self._next_cycle(checkpoint, validator)
                 if cycle is None:
                     break
@@ -235,6 +239,20 @@ class Applier:
         if behind:
             raise restored_target_error(behind, RunLedger(self.config.work_dir))
 
+    def _work_ahead(self, checkpoint: Checkpoint) -> bool:
+        """Whether a pair, or a gap, follows the applied pair, or a cycle after the checkpoint is under way.
+
+        Raises:
+            IntermediateFileError: the next pair's header or ``.dat`` size is refused: nothing can be applied.
+        """
+        listing = list_pairs(self.config.intermediate_dir, checkpoint.applied_seq + 1)
+        refused = next(refused_pairs(listing.pairs[:1]), None)
+        if refused is not None:
+            raise refused
+        intent = self.store.load_intent()
+        under_way = intent is not None and intent.cycle_id == checkpoint.cycle_id + 1
+        return bool(listing.pairs) or listing.gap_seq is not None or under_way
+
     def _rebuild(self, checkpoint: Checkpoint) -> StreamValidator:
         """Re-read ``restart_seq .. applied_seq`` to put open transactions back in the buffers."""
         validator, reread = reread_window(self.config.intermediate_dir, checkpoint, self.target.table_misfit)
@@ -299,7 +317,7 @@ class Applier:
         try:
             context = PartContext(
                 *(
-                    self.spark,
+                    session_of(self.spark),  # a lazy session starts here, at the first apply
                     self.target,
                     self.config,
                     self._save_intent,
