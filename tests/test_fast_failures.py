@@ -151,3 +151,11 @@ def test_an_unexpected_error_is_one_line_naming_its_traceback_file(
     )
     written = Path(line.rsplit(" ", 1)[1].strip())
     assert written.parent == tmp_path and "Traceback (most recent call last)" in written.read_text()
+
+
+def test_these_tests_would_see_spark_start(tmp_path: Path, workload: Path) -> None:
+    """The control: under ``JAVA_HOME`` pointing nowhere, a run with work fails as soon as it starts Spark."""
+    done = applier("run", "--config", write_config(tmp_path, workload))
+    assert done.returncode == 1
+    assert "applier: unexpected error: PySparkRuntimeError: [JAVA_GATEWAY_EXITED]" in done.stderr
+    assert "Traceback" not in done.stderr
