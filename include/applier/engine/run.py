@@ -37,7 +37,14 @@ from applier.engine.ledger import Clock, LedgerCycle, RunJournal, RunLedger, utc
 from applier.engine.ledger_cycles import RECENT_CYCLES, CycleTally
 from applier.engine.parts import PartContext, cycle_parts
 from applier.engine.queue import MemoryQueue
-from applier.engine.reading import CycleInput, buffer_open_rows, missing_pair_error, read_cycle, reread_window
+from applier.engine.reading import (
+    CycleInput,
+    buffer_open_rows,
+    missing_pair_error,
+    read_cycle,
+    reread_window,
+    window_pairs,
+)
 from applier.engine.report import CycleReport, append_report, peak_rss_mib
 from applier.engine.session import session_of
 from applier.engine.spill import COMMITTED_PART, SPILL_SUFFIX
@@ -244,6 +251,7 @@ class Applier:
 
         Raises:
             IntermediateFileError: the next pair's header or ``.dat`` size is refused: nothing can be applied.
+            GapError: nothing is ahead, but a pair the next restart re-reads is missing.
         """
         listing = list_pairs(self.config.intermediate_dir, checkpoint.applied_seq + 1)
         refused = next(refused_pairs(listing.pairs[:1]), None)
@@ -251,7 +259,10 @@ class Applier:
             raise refused
         intent = self.store.load_intent()
         under_way = intent is not None and intent.cycle_id == checkpoint.cycle_id + 1
-        return bool(listing.pairs) or listing.gap_seq is not None or under_way
+        ahead = bool(listing.pairs) or listing.gap_seq is not None or under_way
+        if not ahead:
+            window_pairs(self.config.intermediate_dir, checkpoint)  # what the next restart needs is still there
+        return ahead
 
     def _rebuild(self, checkpoint: Checkpoint) -> StreamValidator:
         """Re-read ``restart_seq .. applied_seq`` to put open transactions back in the buffers."""
