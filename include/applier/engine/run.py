@@ -40,16 +40,16 @@ from applier.engine.queue import MemoryQueue
 from applier.engine.reading import (
     CycleInput,
     buffer_open_rows,
-    missing_pair_error,
     read_cycle,
     reread_window,
     window_pairs,
 )
 from applier.engine.report import CycleReport, append_report, peak_rss_mib
+from applier.engine.resume_checks import pairs_of_intent, restored_target_error
 from applier.engine.session import session_of
 from applier.engine.spill import COMMITTED_PART, SPILL_SUFFIX
 from applier.errors import TargetError
-from applier.intermediate.pairs import PairRef, list_pairs
+from applier.intermediate.pairs import list_pairs
 from applier.intermediate.stream import StreamValidator
 from applier.planner import plan_cycle
 from applier.preflight import refused_pairs
@@ -283,7 +283,7 @@ class Applier:
         listing = list_pairs(self.config.intermediate_dir, checkpoint.applied_seq + 1)
         intent = self.store.load_intent()
         if intent is not None and intent.cycle_id == checkpoint.cycle_id + 1:
-            refs = _pairs_of_intent(listing.pairs, intent, self.config)
+            refs = pairs_of_intent(listing.pairs, intent, self.config)
         else:
             refs = list(plan_cycle(listing.pairs, checkpoint.applied_seq, self.config.apply.cycle_limit_bytes).pairs)
         if not refs:
@@ -417,36 +417,3 @@ class Applier:
 
     def _file_report(self, report: CycleReport) -> None:
         append_report(self.report_path, report)
-
-
-def restored_target_error(behind: dict[str, tuple[int, int]], ledger: RunLedger) -> TargetError:
-    """The refusal of a restored target: each table behind with what it holds and what was recorded.
-
-    Args:
-        behind: table -> (cycle it holds, cycle the checkpoint recorded for it).
-        ledger: where the runs to replay are looked up.
-    """
-    tables = "; ".join(
-        f"table {t} holds cycle {held}, the checkpoint recorded cycle {want}" for t, (held, want) in behind.items()
-    )
-    first = min(held for held, _ in behind.values()) + 1
-    last = max(want for _, want in behind.values())
-    keys = ledger.keys_holding(first, last)
-    runs = (
-        f"the run ledger's runs holding cycles {first}..{last}: {', '.join(keys)}"
-        if keys
-        else f"no run in the run ledger holds cycles {first}..{last}, so a backfill cannot replay them"
-    )
-    return TargetError(
-        f"the target was restored to an earlier state ({tables}); replay the runs since with a backfill "
-        f"({runs}); see README 'Recovery'"
-    )
-
-
-def _pairs_of_intent(available: tuple[PairRef, ...], intent: Intent, config: Config) -> list[PairRef]:
-    """Exactly the pairs an unfinished cycle took, so its re-run applies the same changes."""
-    by_seq = {p.seq: p for p in available}
-    missing = [s for s in intent.seqs if s not in by_seq]
-    if missing:
-        raise missing_pair_error(config.intermediate_dir, missing[0])
-    return [by_seq[s] for s in intent.seqs]
