@@ -155,7 +155,13 @@ def test_an_unexpected_error_is_one_line_naming_its_traceback_file(
 
 def test_these_tests_would_see_spark_start(tmp_path: Path, workload: Path) -> None:
     """The control: under ``JAVA_HOME`` pointing nowhere, a run with work fails as soon as it starts Spark."""
-    done = applier("run", "--config", write_config(tmp_path, workload))
+    done = subprocess.run(
+        [*APPLIER, "run", "--config", str(write_config(tmp_path, workload))],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**NO_JAVA, "TMPDIR": str(tmp_path)},  # where the traceback file goes
+    )
     assert done.returncode == 1
     assert "applier: unexpected error: PySparkRuntimeError: [JAVA_GATEWAY_EXITED]" in done.stderr
-    assert "Traceback" not in done.stderr
+    assert "Traceback" not in done.stderr and len(list(tmp_path.glob("applier-run-*.traceback"))) == 1
