@@ -3,8 +3,9 @@
     spark-submit jobs/apply.py --config FILE [--set KEY=VALUE]... [--max-cycles N] [--run-key KEY]
 
 Parses arguments, builds the configuration, runs the cycles in this Spark
-application and exits with the Applier's exit code (0, 2, 3, 4, 6: another run holds the lock, or 7: a
-damaged state file).
+application and exits with the Applier's exit code (0, 2, 3, 4, 6: another run holds the lock, 7: a
+damaged state file, or 1: a bug, its traceback written to a file). Everything that needs no Spark is
+checked before the session is created, and a run with nothing to do creates none.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ import sys
 from applier.config import load_config
 from applier.engine.api import configure_logging, run_applier
 from applier.errors import PERMANENT_LINE, ApplierError, TargetError
+from applier.exits import error_line, report_unexpected
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -30,10 +32,12 @@ def main(argv: list[str] | None = None) -> int:
         config = load_config(args.config, args.overrides)
         summary = run_applier(config, max_cycles=args.max_cycles, set_master=False, run_key=args.run_key)
     except ApplierError as e:
-        print(f"applier: error: {e}", file=sys.stderr)
+        print(error_line(e), file=sys.stderr)
         if isinstance(e, TargetError) and not e.transient:
             print(PERMANENT_LINE, file=sys.stderr)  # the apply task then fails without a retry
         return e.exit_code
+    except Exception as e:  # a bug: one line naming the file that holds its traceback
+        return report_unexpected(e, "apply-job")
     logging.getLogger("applier").info(
         "run done: %d cycles%s", summary.cycles_run, f" (replay of run {summary.run_key})" if summary.replay else ""
     )

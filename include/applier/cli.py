@@ -4,9 +4,10 @@ Exit codes: 0 success (including nothing to do), 2 usage or configuration
 error, 3 refused intermediate file, 4 target or apply error, 5 a target table
 failed validation, 6 another run holds the configuration's run lock, 7 a
 state file (checkpoint, intent, run ledger) is damaged, 8 the source cannot
-be extracted as it stands. Errors
-are one line on stderr; long work shows progress on stderr when it is a
-terminal.
+be extracted as it stands, 1 an unexpected error (a bug; its traceback goes to a
+file, see :mod:`applier.exits`). Errors are one line on stderr; long work shows
+progress on stderr when it is a terminal. Output piped into a program that stops
+reading ends quietly with exit code 0.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from applier.errors import ApplierError
+from applier.exits import flush_stdout, run_command
 
 EXIT_CODES_HELP = """exit codes:
   0  success, including nothing to do
@@ -27,7 +28,8 @@ EXIT_CODES_HELP = """exit codes:
   5  a target table failed validation (the message names the table and the expectation)
   6  another run of the configuration holds its run lock (the message names the holder); nothing was changed
   7  a state file (checkpoint, intent, run ledger) is damaged (the message names it and what to do)
-  8  the source cannot be extracted as it stands (the message names the table, column and value, or the setting)"""
+  8  the source cannot be extracted as it stands (the message names the table, column and value, or the setting)
+  1  an unexpected error, a bug (the message names the file its traceback was written to)"""
 
 
 def _add_config_args(parser: argparse.ArgumentParser) -> None:
@@ -136,9 +138,19 @@ def _build_parser() -> argparse.ArgumentParser:
     _add_config_args(runs)
 
     status = _command(
-        commands, "status", "applied and restart positions, backlog, open transactions, spill files, last cycle"
+        commands,
+        "status",
+        "positions, lag, backlog and refused pairs, the run in progress, the last error, open transactions, "
+        "spill files, the last cycle",
     )
     _add_config_args(status)
+    output = status.add_mutually_exclusive_group()
+    output.add_argument(
+        "--json", action="store_true", help="print every fact as one JSON object (README lists its fields)"
+    )
+    output.add_argument(
+        "--prometheus", action="store_true", help="print the figures in Prometheus' text exposition format"
+    )
 
     validate = _command(
         commands, "validate", "validate target tables with Great Expectations against their definitions and row counts"
@@ -188,7 +200,11 @@ def _build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run one ``applier`` command and return its exit code."""
-    args = _build_parser().parse_args(argv)
+    try:
+        args = _build_parser().parse_args(argv)
+    except SystemExit:  # --help, --version or a usage error: argparse printed and exits
+        flush_stdout()
+        raise
     from applier import commands  # deferred: keeps --help fast
 
     handlers = {
@@ -207,14 +223,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         from applier.extract import commands as extract_commands
 
         handlers[args.command] = getattr(extract_commands, args.command)
-    try:
-        return handlers[args.command](args)
-    except ApplierError as e:
-        print(f"applier: error: {e}", file=sys.stderr)
-        return e.exit_code
-    except KeyboardInterrupt:
-        print("applier: interrupted", file=sys.stderr)
-        return 130
+    return run_command(handlers[args.command], args, args.command)
 
 
 if __name__ == "__main__":

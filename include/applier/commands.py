@@ -9,7 +9,7 @@ from __future__ import annotations
 import argparse
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
@@ -20,6 +20,7 @@ from applier.errors import UsageError
 from applier.intermediate.pairs import MIB, list_pairs
 from applier.intermediate.scan import scan_directory
 from applier.planner import plan_backlog
+from applier.preflight import check_folders, refused_pairs, tables_to_validate
 
 if TYPE_CHECKING:
     from applier.generate import GenerateSummary
@@ -132,15 +133,22 @@ def check(args: argparse.Namespace) -> int:
 def plan(args: argparse.Namespace) -> int:
     """``applier plan``: show the cycles the backlog makes."""
     config = load_config(args.config, args.overrides)
+    check_folders(config, writing=False)
     applied = args.applied_seq if args.applied_seq is not None else CheckpointStore(config.work_dir).load().applied_seq
     listing = list_pairs(config.intermediate_dir, applied + 1)
-    cycles = plan_backlog(listing.pairs, applied, config.apply.cycle_limit_bytes)
+    refused = next(refused_pairs(listing.pairs), None)  # a run applies the pairs before it, then stops there
+    usable = [p for p in listing.pairs if refused is None or p.seq < refused.seq]
+    cycles = plan_backlog(usable, applied, config.apply.cycle_limit_bytes)
     limit = config.apply.process_intermediate_size_per_job
     print(f"{len(cycles)} cycles after pair {applied} (limit {limit or 'none'} MiB per cycle)")
     for number, cycle in enumerate(cycles, start=1):
         print(f"  cycle {number}: pairs {cycle.seqs[0]}..{cycle.seqs[-1]} ({cycle.bytes / MIB:.2f} MiB)")
     gap = listing.gap_error()
-    if gap is not None:
+    if refused is not None:
+        print(
+            f"  then REFUSED pair {refused.seq}: {refused.path}: {refused.detail} [{refused.code}]; a run stops there"
+        )
+    elif gap is not None:
         _err.print(f"[yellow]stops before a gap:[/] {gap.detail}")
     return 0
 
@@ -155,7 +163,12 @@ def run(args: argparse.Namespace) -> int:
     configure_logging()
     summary = run_applier(config, max_cycles=args.max_cycles, run_key=args.run_key)
     cp = summary.checkpoint
-    if summary.replay:
+    if not (summary.replay or summary.cycles_run):
+        print(
+            f"nothing to do: applied through pair {cp.applied_seq} (commit lsn {cp.applied_commit_lsn}), "
+            "no pair after it"
+        )
+    elif summary.replay:
         outcomes = summary.table_outcomes
         print(
             f"replayed run {summary.run_key}: {summary.cycles_recorded} cycles, {outcomes.get('reapplied', 0)} table "
@@ -244,33 +257,19 @@ def _moment(iso: str | None) -> str:
 
 
 def status(args: argparse.Namespace) -> int:
-    """``applier status``: where the Applier stands."""
-    from applier.engine.status import age, read_status
-    from applier.summary import collisions_line, set_aside_line
+    """``applier status``: where the Applier stands, for people, as JSON (``--json``) or for Prometheus."""
+    import json
+
+    from applier.status_document import status_document
+    from applier.status_output import prometheus_text, text_lines
 
     config = load_config(args.config, args.overrides)
-    s = read_status(config)
-    cp = s.checkpoint
-    print(f"configuration {config.configuration_name}: cycle {cp.cycle_id}, committed {age(cp.committed_at)}")
-    print(f"applied seq {cp.applied_seq} (commit lsn {cp.applied_commit_lsn}), restart seq {cp.restart_seq}")
-    print(
-        f"backlog: {s.backlog_pairs} pairs, {s.backlog_bytes / MIB:.2f} MiB"
-        + (f"; stops at a gap: {s.gap}" if s.gap else "")
-    )
-    print(f"open transactions: {len(s.open_transactions)}")
-    for t in s.open_transactions:
-        where = "spilled" if t.spilled else "in memory"
-        print(f"  {t.xid}: {t.rows} rows, {t.bytes} bytes, began in pair {t.began_seq} {age(t.began_at)}, {where}")
-    print(f"spill files: {len(s.spill_files)}")
-    for name, size in s.spill_files:
-        print(f"  {name}: {size} bytes")
-    print(f"queue memory: {config.queue_memory_bytes / MIB:.1f} MiB")
-    print(f"{set_aside_line(s.set_aside)} (the last {s.recent_cycles} cycles)")
-    print(f"{collisions_line(s.collisions)} (the last {s.recent_cycles} cycles)")
-    if s.last_cycle:
-        print(f"last cycle: {s.last_cycle['cycle_id']} pairs {s.last_cycle['seqs']} seconds {s.last_cycle['seconds']}")
-        for line in _queue_lines(s.last_cycle.get("queue") or {}):
-            print(f"  {line}")
+    check_folders(config, writing=False)
+    if args.json or args.prometheus:
+        doc = status_document(config)
+        print(json.dumps(doc, indent=1) if args.json else prometheus_text(doc), end="\n" if args.json else "")
+        return 0
+    print("\n".join(text_lines(status_document(config, source=False))))
     from applier.extract.monitor import source_status_lines
 
     for line in source_status_lines(config):  # with source.* only; an unreachable source is one line of them
@@ -315,29 +314,12 @@ def exceptions(args: argparse.Namespace) -> int:
     return 0
 
 
-def _queue_lines(queue: dict[str, Any]) -> list[str]:
-    """The last cycle's queue figures for people: held at its end and spooled during it, by kind."""
-    if not queue:
-        return []
-
-    def by_kind(figures: dict[str, int]) -> str:
-        return ", ".join(f"{kind} {figures.get(kind, 0) / MIB:.2f}" for kind in ("transactions", "tables", "compiled"))
-
-    spooled = queue.get("spooled", [])
-    return [
-        f"in memory at its end (MiB): {by_kind(queue.get('memory_bytes', {}))}; "
-        f"peak {queue.get('peak_bytes', 0) / MIB:.2f} of {queue.get('budget_bytes', 0) / MIB:.2f}",
-        f"spooled during it (MiB): {by_kind(queue.get('spooled_bytes', {}))}"
-        + (f"; {len(spooled)} buffers: " + ", ".join(str(x["name"]) for x in spooled[:10]) if spooled else "")
-        + (", ..." if len(spooled) > 10 else ""),
-    ]
-
-
 def validate(args: argparse.Namespace) -> int:
     """``applier validate``: validate target tables; a failed expectation exits with code 5."""
+    config = load_config(args.config, args.overrides)
+    tables_to_validate(config, args.tables)  # an unknown table is refused before GX loads
     from applier.validate import validate_target
 
-    config = load_config(args.config, args.overrides)
     report = validate_target(config, None, args.tables)  # Spark starts only for a table too large for memory
     if not report.tables:
         print(f"configuration {config.configuration_name}: no table to validate (nothing applied yet)")
@@ -363,6 +345,7 @@ def advise(args: argparse.Namespace) -> int:
     from applier.advise.arithmetic import LAYOUTS
 
     config = load_config(args.config, args.overrides)
+    check_folders(config, writing=False)
     if args.sample_pairs is not None and args.sample_pairs < 1:
         raise UsageError(f"--sample-pairs {args.sample_pairs} must be at least 1")
     if args.chart_cycles < 1:

@@ -59,6 +59,20 @@ class ConfigError(ApplierError):
         super().__init__(f"configuration key '{key}': {value!r} is not allowed; {allowed}")
 
 
+class FolderError(ConfigError):
+    """A folder the configuration names is missing, is not a folder, or cannot be read or written.
+
+    Checked before anything starts (the run lock, the target, Spark), so the
+    message names the key and the folder at once.
+    """
+
+    def __init__(self, key: str, path: Path, problem: str, fix: str) -> None:
+        self.key = key
+        self.value = str(path)
+        self.allowed = fix
+        ApplierError.__init__(self, f"configuration key '{key}': {path} {problem}; {fix}")
+
+
 class UsageError(ApplierError):
     """A command was called with arguments that do not fit together."""
 

@@ -11,6 +11,7 @@ from typing import Any
 from applier.config import Config
 from applier.engine.checkpoint import CheckpointStore
 from applier.engine.driver_memory import use_system_allocator
+from applier.engine.last_run import record_run
 from applier.engine.ledger import (
     Clock,
     RunJournal,
@@ -25,7 +26,10 @@ from applier.engine.replay import replay_run
 from applier.engine.report import CycleReport
 from applier.engine.run import Applier, RunSummary
 from applier.engine.runlock import RunLock
-from applier.engine.session import start_spark
+from applier.engine.session import LazySession, start_spark
+from applier.errors import RunLockedError
+from applier.intermediate.pairs import list_pairs
+from applier.preflight import check_folders, refused_pairs
 from applier.targets import Target, open_target
 
 log = logging.getLogger("applier")
@@ -61,7 +65,8 @@ def run_applier(
         config: the validated configuration.
         max_cycles: cycles for this run; None takes ``apply.max_cycles_per_run``
             (a replay takes all the recorded ones).
-        spark: a running session to use; None starts one from the configuration.
+        spark: a running session to use; None starts one from the configuration
+            when the first cycle is about to be applied (none when there is nothing to do).
         set_master: whether the configuration's ``spark.master`` applies (not under spark-submit).
         on_cycle: called with each cycle's report.
         run_key: the run's key (Airflow: one per DAG run), or None.
@@ -69,6 +74,8 @@ def run_applier(
 
     Raises:
         UsageError: the run key is blank, too long or not printable.
+        FolderError: ``intermediate_dir`` is missing, or the work folder or a
+            Delta target's root cannot be written; before the lock.
         IntermediateFileError: a refused pair, after everything before it was
             applied; GapError: a pair a replay needs is gone.
         TargetError: the target failed (the cycle was not checkpointed), or
@@ -84,13 +91,36 @@ def run_applier(
     use_system_allocator()
     if run_key is not None:
         check_run_key(run_key)  # a bad key is refused before Spark starts, as before the lock
+    check_folders(config, writing=True)
+    # Spark starts at the first apply: every check before it (the locks, the state files, the target, the
+    # first cycle's pairs) answers in about a second, and a run with nothing to do starts no JVM.
+    session = LazySession(lambda: spark if spark is not None else start_spark(config, set_master=set_master))
     # One run at a time: the folder's lock, then the target's, both before anything changes or Spark starts.
     with RunLock(config.work_dir, config.configuration_name, run_key=run_key):
-        _check_state_files(config, run_key)  # a damaged one stops the run before Spark starts
-        target = open_target(config)
-        with target.run_lock():
-            session = spark if spark is not None else start_spark(config, set_master=set_master)
-            return _locked_run(config, session, target, max_cycles, on_cycle, run_key, clock)
+        started, cycles = clock(), 0
+        try:
+            _check_state_files(config, run_key)  # a damaged one stops the run before Spark starts
+            _warn_of_refused_pairs(config)
+            target = open_target(config)
+            with target.run_lock():
+                summary = _locked_run(config, session, target, max_cycles, on_cycle, run_key, clock)
+                cycles = summary.cycles_run
+        except BaseException as e:
+            if not isinstance(e, RunLockedError):  # refused by the target's lock: another run's, and nothing changed
+                record_run(config.work_dir, run_key=run_key, started_at=started, finished_at=clock(), cycles=0, error=e)
+            raise
+        record_run(config.work_dir, run_key=run_key, started_at=started, finished_at=clock(), cycles=cycles, error=None)
+        if not (session.started or summary.cycles_run or summary.replay):
+            log.info("nothing to do after pair %d: Spark not started", summary.checkpoint.applied_seq)
+        return summary
+
+
+def _warn_of_refused_pairs(config: Config) -> None:
+    """Log the first backlog pair whose header or size is refused: the run applies the pairs before it, then stops."""
+    applied = CheckpointStore(config.work_dir).load().applied_seq
+    refused = next(refused_pairs(list_pairs(config.intermediate_dir, applied + 1).pairs), None)
+    if refused is not None and refused.seq > applied + 1:  # the next pair itself is refused before the rebuild
+        log.warning("%s: this run applies the pairs before it, then stops (exit code 3)", refused)
 
 
 def _locked_run(

@@ -202,6 +202,20 @@ def missing_pair_error(directory: Path, seq: int) -> GapError:
     )
 
 
+def window_pairs(directory: Path, checkpoint: Checkpoint) -> list[PairRef]:
+    """The pairs ``restart_seq .. applied_seq`` a restart re-reads, each of them present (none to re-read: none).
+
+    Raises:
+        GapError: a pair of the window is missing.
+    """
+    listing = list_pairs(directory, checkpoint.restart_seq)
+    window = [p for p in listing.pairs if p.seq <= checkpoint.applied_seq]
+    if len(window) < checkpoint.applied_seq - checkpoint.restart_seq + 1:
+        gap = listing.gap_error()
+        raise gap if gap is not None else missing_pair_error(directory, checkpoint.restart_seq + len(window))
+    return window
+
+
 def reread_window(
     directory: Path, checkpoint: Checkpoint, admit: TableAdmission | None = None
 ) -> tuple[StreamValidator, CycleInput]:
@@ -228,12 +242,7 @@ def reread_window(
     )
     if not rereading:
         return validator, CycleInput()
-    listing = list_pairs(directory, checkpoint.restart_seq)
-    window = [p for p in listing.pairs if p.seq <= checkpoint.applied_seq]
-    if len(window) != checkpoint.applied_seq - checkpoint.restart_seq + 1:
-        gap = listing.gap_error()
-        raise gap if gap is not None else missing_pair_error(directory, checkpoint.restart_seq + len(window))
-    reread = read_cycle(window, validator, check_rows=False)
+    reread = read_cycle(window_pairs(directory, checkpoint), validator, check_rows=False)
     if reread.refused is not None:
         raise reread.refused
     return validator, reread

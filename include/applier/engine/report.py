@@ -15,7 +15,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from applier.engine.jsonlines import last_lines
+from applier.engine.jsonlines import last_lines, read_lines
 from applier.targets import collisions
 
 log = logging.getLogger("applier")
@@ -23,7 +23,7 @@ log = logging.getLogger("applier")
 
 @dataclass
 class CycleReport:
-    """What one apply cycle did."""
+    """What one apply cycle did (``changes_total``: the rows read by every cycle of the file so far, this one too)."""
 
     cycle_id: int
     seqs: list[int]
@@ -49,6 +49,7 @@ class CycleReport:
     groups: list[dict[str, Any]] = field(default_factory=list)
     exceptions: list[dict[str, Any]] = field(default_factory=list)
     collisions: dict[str, dict[str, int]] = field(default_factory=dict)
+    changes_total: int = 0
 
     def add_net_rows(self, table: str, counts: dict[str, int]) -> None:
         """Add a part's rows per operation to ``table``'s (a cycle applied in parts adds each part's)."""
@@ -122,10 +123,25 @@ def append_report(path: Path, report: CycleReport) -> None:
     """
     report.driver_peak_rss_mib = peak_rss_mib()
     reset_peak_rss()
+    report.changes_total = changes_before(path) + report.rows_read
     path.parent.mkdir(parents=True, exist_ok=True)
     with open(path, "a", encoding="utf-8") as fh:
         fh.write(json.dumps(asdict(report), sort_keys=True) + "\n")
     log.info(report.log_line())
+
+
+def changes_before(path: Path) -> int:
+    """Row changes read by the cycles ``path`` reports: the last line's running total (``changes_total``).
+
+    A file written before the total existed is summed once, line by line;
+    the next line appended carries the total on.
+    """
+    last = last_report(path)
+    if last is None:
+        return 0
+    if "changes_total" in last:
+        return int(last["changes_total"])
+    return sum(int(line.get("rows_read", 0)) for line in read_lines(path))
 
 
 def set_aside_counts(reports: Iterable[dict[str, Any]]) -> dict[str, int]:

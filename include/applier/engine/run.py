@@ -37,13 +37,22 @@ from applier.engine.ledger import Clock, LedgerCycle, RunJournal, RunLedger, utc
 from applier.engine.ledger_cycles import RECENT_CYCLES, CycleTally
 from applier.engine.parts import PartContext, cycle_parts
 from applier.engine.queue import MemoryQueue
-from applier.engine.reading import CycleInput, buffer_open_rows, missing_pair_error, read_cycle, reread_window
+from applier.engine.reading import (
+    CycleInput,
+    buffer_open_rows,
+    read_cycle,
+    reread_window,
+    window_pairs,
+)
 from applier.engine.report import CycleReport, append_report, peak_rss_mib
+from applier.engine.resume_checks import pairs_of_intent, restored_target_error
+from applier.engine.session import session_of
 from applier.engine.spill import COMMITTED_PART, SPILL_SUFFIX
 from applier.errors import TargetError
-from applier.intermediate.pairs import PairRef, list_pairs
+from applier.intermediate.pairs import list_pairs
 from applier.intermediate.stream import StreamValidator
 from applier.planner import plan_cycle
+from applier.preflight import refused_pairs
 from applier.targets import Target
 
 log = logging.getLogger("applier")
@@ -165,8 +174,10 @@ class Applier:
             self.target.check_tables(checkpoint.tables)
             if self.journal is not None:
                 self.journal.forget_after(checkpoint.cycle_id)
-            validator = self._rebuild(checkpoint)
-            while not max_cycles or summary.cycles_run < max_cycles:
+            # Nothing to do: no pair after the applied one and no cycle under way, so no rebuild and no Spark.
+            caught_up = not self._work_ahead(checkpoint)
+            validator = None if caught_up else self._rebuild(checkpoint)
+            while validator is not None and (not max_cycles or summary.cycles_run < max_cycles):
                 cycle = self._next_cycle(checkpoint, validator)
                 if cycle is None:
                     break
@@ -235,6 +246,24 @@ class Applier:
         if behind:
             raise restored_target_error(behind, RunLedger(self.config.work_dir))
 
+    def _work_ahead(self, checkpoint: Checkpoint) -> bool:
+        """Whether a pair, or a gap, follows the applied pair, or a cycle after the checkpoint is under way.
+
+        Raises:
+            IntermediateFileError: the next pair's header or ``.dat`` size is refused: nothing can be applied.
+            GapError: nothing is ahead, but a pair the next restart re-reads is missing.
+        """
+        listing = list_pairs(self.config.intermediate_dir, checkpoint.applied_seq + 1)
+        refused = next(refused_pairs(listing.pairs[:1]), None)
+        if refused is not None:
+            raise refused
+        intent = self.store.load_intent()
+        under_way = intent is not None and intent.cycle_id == checkpoint.cycle_id + 1
+        ahead = bool(listing.pairs) or listing.gap_seq is not None or under_way
+        if not ahead:
+            window_pairs(self.config.intermediate_dir, checkpoint)  # what the next restart needs is still there
+        return ahead
+
     def _rebuild(self, checkpoint: Checkpoint) -> StreamValidator:
         """Re-read ``restart_seq .. applied_seq`` to put open transactions back in the buffers."""
         validator, reread = reread_window(self.config.intermediate_dir, checkpoint, self.target.table_misfit)
@@ -254,7 +283,7 @@ class Applier:
         listing = list_pairs(self.config.intermediate_dir, checkpoint.applied_seq + 1)
         intent = self.store.load_intent()
         if intent is not None and intent.cycle_id == checkpoint.cycle_id + 1:
-            refs = _pairs_of_intent(listing.pairs, intent, self.config)
+            refs = pairs_of_intent(listing.pairs, intent, self.config)
         else:
             refs = list(plan_cycle(listing.pairs, checkpoint.applied_seq, self.config.apply.cycle_limit_bytes).pairs)
         if not refs:
@@ -299,7 +328,7 @@ class Applier:
         try:
             context = PartContext(
                 *(
-                    self.spark,
+                    session_of(self.spark),  # a lazy session starts here, at the first apply
                     self.target,
                     self.config,
                     self._save_intent,
@@ -388,36 +417,3 @@ class Applier:
 
     def _file_report(self, report: CycleReport) -> None:
         append_report(self.report_path, report)
-
-
-def restored_target_error(behind: dict[str, tuple[int, int]], ledger: RunLedger) -> TargetError:
-    """The refusal of a restored target: each table behind with what it holds and what was recorded.
-
-    Args:
-        behind: table -> (cycle it holds, cycle the checkpoint recorded for it).
-        ledger: where the runs to replay are looked up.
-    """
-    tables = "; ".join(
-        f"table {t} holds cycle {held}, the checkpoint recorded cycle {want}" for t, (held, want) in behind.items()
-    )
-    first = min(held for held, _ in behind.values()) + 1
-    last = max(want for _, want in behind.values())
-    keys = ledger.keys_holding(first, last)
-    runs = (
-        f"the run ledger's runs holding cycles {first}..{last}: {', '.join(keys)}"
-        if keys
-        else f"no run in the run ledger holds cycles {first}..{last}, so a backfill cannot replay them"
-    )
-    return TargetError(
-        f"the target was restored to an earlier state ({tables}); replay the runs since with a backfill "
-        f"({runs}); see README 'Recovery'"
-    )
-
-
-def _pairs_of_intent(available: tuple[PairRef, ...], intent: Intent, config: Config) -> list[PairRef]:
-    """Exactly the pairs an unfinished cycle took, so its re-run applies the same changes."""
-    by_seq = {p.seq: p for p in available}
-    missing = [s for s in intent.seqs if s not in by_seq]
-    if missing:
-        raise missing_pair_error(config.intermediate_dir, missing[0])
-    return [by_seq[s] for s in intent.seqs]

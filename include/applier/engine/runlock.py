@@ -173,6 +173,33 @@ class RunLock:
         self.release()
 
 
+def running_holder(work_dir: Path, file_name: str = LOCK_FILE) -> Holder | None:
+    """The run holding the lock now, as its file names it; None when no run holds it.
+
+    Read without touching the lock (taking it even for a moment would refuse a
+    run starting then). A released lock's file is empty; a killed run's still
+    names it, so a holder on this host counts only while its process lives.
+    One on another host (a shared folder) is taken at its word.
+    """
+    try:
+        holder = Holder.parse((Path(work_dir) / file_name).read_text(errors="replace"))
+    except OSError:
+        return None
+    if holder is None or (holder.host == socket.gethostname() and not _alive(holder.pid)):
+        return None
+    return holder
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's process
+        return True
+    return True
+
+
 def _overwrite(fd: int, text: str) -> None:
     """Replace the file's content with ``text`` and flush it to disk."""
     os.ftruncate(fd, 0)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from typing import Any
 
 from applier.config import Config
@@ -56,3 +57,36 @@ def start_spark(config: Config, *, set_master: bool = True) -> Any:
     session = builder.getOrCreate()
     session.sparkContext.setLogLevel("WARN")
     return session
+
+
+class LazySession:
+    """A Spark session started on first use: a run with nothing to do, or refused before its first apply, starts no JVM.
+
+    Everything a run checks before it applies (the configuration, folders,
+    the target's reachability and state, the first cycle's pairs) takes about
+    a second; starting Spark takes ten to twenty. So the session is started
+    only when a cycle is about to be applied.
+
+    Args:
+        start: starts (or joins) the session; called at most once.
+    """
+
+    def __init__(self, start: Callable[[], Any]) -> None:
+        self._start = start
+        self._session: Any = None
+
+    @property
+    def started(self) -> bool:
+        """Whether the session has been started."""
+        return self._session is not None
+
+    def get(self) -> Any:
+        """The session, started now if it was not yet."""
+        if self._session is None:
+            self._session = self._start()
+        return self._session
+
+
+def session_of(spark: Any) -> Any:
+    """The session ``spark`` stands for: a :class:`LazySession`'s (started now if need be), or ``spark`` itself."""
+    return spark.get() if isinstance(spark, LazySession) else spark

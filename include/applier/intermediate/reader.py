@@ -190,6 +190,36 @@ def read_trn(ref: PairRef) -> tuple[Header, tuple[Event, ...]]:
     return header, tuple(events)
 
 
+def check_header_and_size(ref: PairRef) -> Header:
+    """Check a pair cheaply: its ``.trn`` header alone, and that its ``.dat`` has the bytes the header says.
+
+    Reads one line and one file size, not the rows or the checksum, so a whole
+    backlog is checked in a moment (``applier plan``, ``applier status``, a
+    run before Spark starts). :func:`read_pair` checks everything.
+
+    Raises:
+        CorruptPairError: the header is missing or invalid, the ``.dat`` is
+            missing, or its size is not the header's ``dat_bytes``.
+    """
+    try:
+        with open(ref.trn_path, "rb") as fh:
+            first = fh.readline()
+    except FileNotFoundError as e:
+        raise _corrupt(ref, ref.trn_path, "trn-missing", "the .trn is gone") from e
+    try:
+        line = first.decode("utf-8").rstrip("\n") if first else None
+    except UnicodeDecodeError as e:
+        raise _corrupt(ref, ref.trn_path, "header-missing", f"not UTF-8 text: {e}") from e
+    header = _parse_header(ref, line)
+    try:
+        size = ref.dat_path.stat().st_size
+    except FileNotFoundError as e:
+        raise _corrupt(ref, ref.dat_path, "dat-missing", "the .trn exists but the .dat does not") from e
+    if size != header.dat_bytes:
+        raise _corrupt(ref, ref.dat_path, "bytes-mismatch", f"file has {size} bytes, header says {header.dat_bytes}")
+    return header
+
+
 def _check_dat_identity(ref: PairRef, header: Header) -> None:
     try:
         size = ref.dat_path.stat().st_size

@@ -24,6 +24,7 @@ from typing import Any
 from applier.config import Config
 from applier.engine.checkpoint import Checkpoint, CheckpointStore
 from applier.errors import UsageError
+from applier.preflight import tables_to_validate
 from applier.validate.gxrun import SuiteRunner
 from applier.validate.read import read_target_arrow, read_target_table
 from applier.validate.report import TableResult, ValidationReport, expectation_result
@@ -88,7 +89,7 @@ def validate_target(
         ConfigError: the target type cannot be validated.
     """
     checkpoint = CheckpointStore(config.work_dir).load()
-    names = _tables_to_validate(checkpoint, tables, config)
+    names = tables_to_validate(config, tables, checkpoint)
     name = results_name if results_name is not None else dt.datetime.now(dt.UTC).strftime("%Y%m%dT%H%M%S.%fZ")
     if not _RESULTS_NAME.fullmatch(name):
         raise UsageError(f"results name {name!r} cannot name a folder: use no '/', '\\\\' or control characters")
@@ -109,19 +110,6 @@ def validate_target(
     report = ValidationReport(config.configuration_name, name, results, json_path, index)
     _write_results(report, checkpoint, gx_results)
     return report
-
-
-def _tables_to_validate(checkpoint: Checkpoint, tables: Sequence[str] | None, config: Config) -> list[str]:
-    if tables is None:
-        return sorted(checkpoint.tables)
-    unknown = [t for t in tables if t not in checkpoint.tables]
-    if unknown:
-        known = ", ".join(sorted(checkpoint.tables)) or "none yet"
-        raise UsageError(
-            f"table {unknown[0]} is not in the checkpoint of configuration {config.configuration_name} "
-            f"(its tables: {known})"
-        )
-    return list(dict.fromkeys(tables))
 
 
 def _validate_table(
