@@ -49,6 +49,9 @@ class CrashingTarget:
     def committed_cycles(self, tables: Any) -> dict[str, int]:
         return dict(self.real.committed_cycles(tables))
 
+    def autocorrect(self, tables: frozenset[str]) -> None:
+        self.real.autocorrect(tables)
+
     def read_arrow(self, table: str) -> Any:
         return self.real.read_arrow(table)
 
