@@ -10,10 +10,12 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
 from collections.abc import Sequence
+from html.parser import HTMLParser
 from pathlib import Path
 from typing import Any
 
@@ -283,6 +285,73 @@ def test_a_clean_load_passes_every_table_and_writes_json_and_data_docs(loaded: C
         "failed": 0,
         "missing": False,
     }
+
+
+class _Loads(HTMLParser):
+    """What a page loads: scripts, stylesheets and icons, images, and ``url()`` in its styles."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.urls: list[str] = []
+        self.cors: list[str] = []
+        self._style = False
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        found = dict(attrs)
+        rel = found.get("rel") or ""
+        url = found.get("src") if tag in ("script", "img") else found.get("href") if tag == "link" else None
+        if url is not None and (tag != "link" or "stylesheet" in rel or "icon" in rel):
+            self.urls.append(url)
+            if "crossorigin" in found or "integrity" in found:
+                self.cors.append(url)
+        self._style = tag == "style"
+
+    def handle_endtag(self, tag: str) -> None:
+        self._style = False
+
+    def handle_data(self, data: str) -> None:
+        if self._style:
+            self.urls.extend(css_urls(data))
+
+
+def css_urls(css: str) -> list[str]:
+    return [u for u in re.findall(r"url\(\s*['\"]?([^'\")]+)", css) if not u.startswith("data:")]
+
+
+def site_loads(site: Path) -> dict[Path, list[str]]:
+    """Per page or stylesheet of the site, the URLs it loads."""
+    loads: dict[Path, list[str]] = {}
+    for page in sorted(site.rglob("*.html")):
+        parser = _Loads()
+        parser.feed(page.read_text(encoding="utf-8"))
+        assert parser.cors == [], f"{page}: a local file with integrity or crossorigin fails from file://"
+        loads[page] = parser.urls
+    for sheet in sorted(site.rglob("*.css")):
+        loads[sheet] = css_urls(sheet.read_text(encoding="utf-8"))
+    return loads
+
+
+@pytest.mark.spark
+def test_data_docs_load_every_script_style_font_and_image_from_the_site(loaded: Config, tmp_path: Path) -> None:
+    """Offline: nothing is fetched from the network, and every file a page or stylesheet names is in the site."""
+    report = validate_target(copy_of(loaded, tmp_path), None, results_name="offline")
+    site = report.data_docs_path.parent
+    loads = site_loads(site)
+    pages = [p.relative_to(site).as_posix() for p in loads if p.suffix == ".html"]
+    assert "index.html" in pages and len(pages) == 1 + 2 * len(ALL_TABLES)
+    named = [(p, u) for p, urls in loads.items() for u in urls]
+    assert [(p.relative_to(site).as_posix(), u) for p, u in named if re.match(r"(https?:)?//", u)] == []
+    missing = []
+    for page, url in named:
+        file = (page.parent / re.split(r"[?#]", url)[0]).resolve()
+        if not (file.is_file() and file.is_relative_to(site.resolve())):
+            missing.append((page.relative_to(site).as_posix(), url))
+    assert missing == []
+    index = loads[site / "index.html"]
+    assert "vendor/bootstrap-table-1.19.1/bootstrap-table.min.js" in index
+    assert "vendor/jquery-3.7.1/jquery.min.js" in index
+    fonts = loads[site / "vendor" / "fontawesome-free-6.6.0" / "css" / "all.min.css"]
+    assert "../webfonts/fa-solid-900.woff2" in fonts
 
 
 @pytest.mark.parametrize("engine", ENGINES)

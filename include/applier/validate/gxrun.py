@@ -7,7 +7,8 @@ Spark one (a large table, read through the caller's session) or a pandas one
 result lands in the context's results store, which is what Data Docs render.
 The site therefore shows the validation just run: its folder is emptied
 before each build, so pages of earlier validations do not pile up unlinked
-(their JSON stays in their own results folders).
+(their JSON stays in their own results folders). Its pages load their styles
+and scripts from the site's own ``vendor/`` folder (:mod:`applier.validate.offline`).
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from typing import Any
 from urllib.parse import unquote, urlparse
 
 from applier.validate._gx import gx
+from applier.validate.offline import make_offline
 
 _SITE = "applier"
 _SOURCE = "target"
@@ -102,7 +104,7 @@ class SuiteRunner:
         return self._sources[name]
 
     def build_docs(self) -> tuple[Path, dict[str, Path]]:
-        """Rebuild the Data Docs site from this run's results.
+        """Rebuild the Data Docs site from this run's results, readable offline.
 
         Returns:
             The site's ``index.html`` and, per suite name, its validation page.
@@ -110,6 +112,7 @@ class SuiteRunner:
         if self.docs_dir.exists():
             shutil.rmtree(self.docs_dir)
         self.context.build_data_docs(site_names=[_SITE])
+        make_offline(self.docs_dir)
         pages: dict[str, Path] = {}
         for key in self.context.validation_results_store.list_keys():
             urls = self.context.get_docs_sites_urls(resource_identifier=key, site_name=_SITE)
