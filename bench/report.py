@@ -321,11 +321,12 @@ def _parts(r: dict[str, Any], add: Add) -> None:
 
 def render(r: dict[str, Any]) -> str:
     """The Markdown report of the results ``r`` (as :meth:`bench.steps.Bench.run` returns them), ending in a newline."""
+    from bench.ops_bench import section as ops_section
     from bench.report_details import SECTIONS  # their sections use this module's helpers
     from bench.report_source import SECTIONS as SOURCE_SECTIONS
 
     lines: list[str] = []
     sections = (_title, _machine, _workloads, _goals, _side_by_side, _applier_runs, _parts, *SECTIONS)
-    for section in (*sections, *SOURCE_SECTIONS):
+    for section in (*sections, *SOURCE_SECTIONS, ops_section):
         section(r, lines.append)
     return "\n".join(lines) + "\n"

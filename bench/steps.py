@@ -37,6 +37,7 @@ from bench.measure import (
     tail,
     write_config,
 )
+from bench.ops_bench import step_ops
 from bench.pg_server import Databases, database_url, fingerprints, round_trip_ms
 from bench.source_apply import step_latency, step_materialize
 from bench.source_bench import step_extract, step_pgbench_tps
@@ -54,6 +55,7 @@ GROUPS = {
     "pg": ("pg-compiled", "pg-limit", "pg-forms", "pg-pertxn", "pg-rowbyrow", "pg-network"),
     "errors": ("bad-row",),
     "source": ("extract", "pgbench-tps", "latency", "materialize"),
+    "operator": ("ops",),
 }
 ORDER = tuple(step for steps in GROUPS.values() for step in steps)
 NEEDS = {
@@ -435,4 +437,5 @@ STEPS: dict[str, Callable[[Bench], None]] = {
     "pgbench-tps": step_pgbench_tps,
     "latency": step_latency,
     "materialize": step_materialize,
+    "ops": step_ops,
 }

@@ -27,9 +27,10 @@ def test_a_step_brings_in_the_steps_it_needs_in_the_harness_order() -> None:
     assert selected_steps("wide") == ["narrow", "wide"]
     assert selected_steps("pg-network") == ["pg-compiled", "pg-limit", "pg-pertxn", "pg-rowbyrow", "pg-network"]
     assert selected_steps("run-length,delta") == ["narrow", "limit", "pertxn", "small", "run-length"]
-    assert len(selected_steps("all")) == 18
+    assert len(selected_steps("all")) == 19
     assert selected_steps("errors") == ["bad-row"]
     assert selected_steps("source") == ["extract", "pgbench-tps", "latency", "materialize"]
+    assert selected_steps("operator") == ["ops"]
 
 
 def test_an_unknown_step_is_refused_with_the_known_ones() -> None:
@@ -225,3 +226,23 @@ def test_pgbench_summary_gives_tps_latency_and_transactions_and_refuses_failures
     assert parse_pgbench(PGBENCH_OUTPUT) == {"tps": 3004.1, "latency_ms": 1.331, "transactions": 90123}
     with pytest.raises(Exception, match="3 transactions failed"):
         parse_pgbench(PGBENCH_OUTPUT.replace("failed transactions: 0", "failed transactions: 3"))
+
+
+def test_the_operator_section_shows_validation_both_ways_and_each_failure_against_its_bound() -> None:
+    results = _source_results()
+    failure = {"code": 2, "wall_s": 0.41, "stderr_lines": 1, "traceback": False,
+               "first_line": "applier: error: intermediate_dir /x does not exist"}  # fmt: skip
+    slow = {**failure, "code": 4, "wall_s": 3.2}
+    results["ops"] = {
+        "validation": {"run_s": 20.0, "run_peak_mib": 900.0, "in memory": {"wall_s": 4.0, "peak_mib": 300.0},
+                       "Spark": {"wall_s": 36.0, "peak_mib": 1500.0}},
+        "failures": {"`run`, missing `intermediate_dir`": failure, "`run`, wrong PostgreSQL database": slow},
+    }  # fmt: skip
+    report = render(results)
+    assert "**4.0 s in memory** (Arrow and Great Expectations' pandas engine, no JVM; peak 300 MiB)" in report
+    assert "**36.0 s through Spark**" in report and "MiB): 9.0x." in report
+    assert (
+        "| `run`, missing `intermediate_dir` | 2 | 0.41 | 1 | yes | yes | "
+        "`applier: error: intermediate_dir /x does not exist` |"
+    ) in report
+    assert "| `run`, wrong PostgreSQL database | 4 | 3.20 | 1 | yes | **no** |" in report
