@@ -156,7 +156,7 @@ def test_resubmitting_on_delta_refused_changes_nothing_then_fixed_applies_once_a
     assert changed[0] == {**RESUBMITTED[0], 3: 30} and changed[1] == sorted([*RESUBMITTED[1], (3, "changed")])
 
 
-class Crash(Exception):
+class Crash(BaseException):  # the process dies: no handler, main()'s included, catches it
     """A crash of the command between two commits."""
 
 

@@ -18,7 +18,7 @@ from applier.config import Config, TargetConfig, load_config
 from applier.errors import ConfigError
 from applier.targets import dialects, open_target
 from applier.targets.dialects import DIALECTS, Dialect, TargetConnection
-from applier.validate.read import read_target_table
+from applier.validate.read import read_target_arrow, read_target_table
 from applier_airflow.builders import asset_uri, target_overrides
 
 # A usable connection of each target type: a new dialect adds one.
@@ -112,6 +112,10 @@ class _Memory:
         self.calls.append("open")
         return "a memory target"
 
+    def read_arrow(self, config: Config, table: str) -> Any | None:
+        self.calls.append(f"read {table} as Arrow")
+        return "an Arrow table"
+
     def read_table(self, config: Config, spark: Any, table: str) -> Any | None:
         self.calls.append(f"read {table}")
         return "a frame"
@@ -133,7 +137,8 @@ def test_a_new_target_type_is_one_registered_dialect(tmp_path: Path, monkeypatch
     config = Config("c", tmp_path, tmp_path, target=TargetConfig("memory", tmp_path))
     assert open_target(config) == "a memory target"
     assert read_target_table(config, None, "a.b") == "a frame"
-    assert memory.calls == ["open", "read a.b"]
+    assert read_target_arrow(config, "a.b") == "an Arrow table"
+    assert memory.calls == ["open", "read a.b", "read a.b as Arrow"]
     assert asset_uri(config.target, "a.b") == "memory:///a.b"
     assert target_overrides("memory", {"path": "/m"}, "t") == ["target.type=memory", "target.path=/m"]
     assert dialects.password_env("memory") == "MEMORY_PASSWORD"

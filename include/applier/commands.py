@@ -344,8 +344,7 @@ def advise(args: argparse.Namespace) -> int:
     from applier.advise import advise as advise_on
     from applier.advise.arithmetic import LAYOUTS
 
-    config = load_config(args.config, args.overrides)
-    check_folders(config, writing=False)
+    config = load_config(args.config, args.overrides)  # no folder check: a missing folder is an empty backlog
     if args.sample_pairs is not None and args.sample_pairs < 1:
         raise UsageError(f"--sample-pairs {args.sample_pairs} must be at least 1")
     if args.chart_cycles < 1:
