@@ -89,7 +89,7 @@ def status_document(config: Config, *, now: dt.datetime | None = None, source: b
         "open_transactions": [dataclasses.asdict(t) for t in s.open_transactions],
         "spill_files": [{"name": name, "bytes": size} for name, size in s.spill_files],
         "queue": _queue(config, s),
-        "last_cycle": _last_cycle(s.last_cycle),
+        "last_cycle": cycle_figures(s.last_cycle),
         "totals": {"cycles": cp.cycle_id, "changes": changes_before(config.work_dir / "cycles.jsonl")},
         "recent_cycles": s.recent_cycles,
         "set_aside": s.set_aside,
@@ -153,7 +153,8 @@ def _queue(config: Config, s: Status) -> dict[str, Any]:
     }
 
 
-def _last_cycle(report: dict[str, Any] | None) -> dict[str, Any] | None:
+def cycle_figures(report: dict[str, Any] | None) -> dict[str, Any] | None:
+    """One cycle report of ``cycles.jsonl`` as status shows it: phases in order, total seconds, changes/s."""
     if not report:
         return None
     seconds = report.get("seconds", {})
