@@ -1,0 +1,148 @@
+// The Applier view: fetches api/status (a relative URL, like every path here) and draws it. No framework, no build.
+"use strict";
+
+const MIB = 1024 * 1024;
+
+function el(tag, text, cls) {
+  const node = document.createElement(tag);
+  if (text !== undefined && text !== null) node.textContent = String(text);
+  if (cls) node.className = cls;
+  return node;
+}
+
+function mib(bytes) {
+  return bytes === null || bytes === undefined ? "–" : (bytes / MIB).toFixed(2) + " MiB";
+}
+
+function seconds(s) {
+  return s === null || s === undefined ? "–" : Number(s).toFixed(s < 10 ? 2 : 0) + " s";
+}
+
+function pairs(seqs) {
+  return seqs && seqs.length ? (seqs.length > 1 ? seqs[0] + "–" + seqs[seqs.length - 1] : String(seqs[0])) : "–";
+}
+
+function definitions(target, rows) {
+  target.replaceChildren();
+  for (const [name, value] of rows) {
+    target.append(el("dt", name), el("dd", value));
+  }
+}
+
+function table(headers, rows) {
+  const t = el("table");
+  const head = t.createTHead().insertRow();
+  for (const h of headers) head.append(el("th", h));
+  const body = t.createTBody();
+  for (const row of rows) {
+    const tr = body.insertRow();
+    for (const cell of row) {
+      const td = tr.insertCell();
+      if (cell instanceof Node) td.append(cell); else td.textContent = cell === null || cell === undefined ? "–" : String(cell);
+    }
+  }
+  return t;
+}
+
+function sparkline(values) {
+  const points = values.map((v, i) => [i, v === null ? 0 : v]);
+  if (points.length < 2) return el("span");
+  const width = 300, height = 40, top = Math.max(...points.map((p) => p[1])) || 1;
+  const svg = document.createElementNS("http://www.w3.org/2000/svg", "svg");
+  svg.setAttribute("width", width);
+  svg.setAttribute("height", height);
+  svg.setAttribute("role", "img");
+  svg.setAttribute("aria-label", "changes per second, last cycles");
+  const line = document.createElementNS("http://www.w3.org/2000/svg", "polyline");
+  line.setAttribute("points", points.map(([i, v]) =>
+    (i * (width - 2) / (points.length - 1) + 1).toFixed(1) + "," + (height - 1 - v * (height - 2) / top).toFixed(1)).join(" "));
+  svg.append(line);
+  const title = document.createElementNS("http://www.w3.org/2000/svg", "title");
+  title.textContent = "changes/s, peak " + top.toFixed(0);
+  svg.append(title);
+  return svg;
+}
+
+function draw(doc) {
+  const s = doc.status;
+  document.getElementById("configuration").textContent = s.configuration;
+  document.getElementById("meta").textContent = "configuration file " + doc.config_file + " · read at " + s.generated_at;
+  const cp = s.checkpoint, lag = s.lag, backlog = s.backlog;
+  definitions(document.getElementById("positions"), [
+    ["applied pair", cp.applied_seq + " (commit LSN " + cp.applied_commit_lsn + ")"],
+    ["restart pair", cp.restart_seq],
+    ["cycles", cp.cycle_id + ", last committed " + (cp.committed_at || "never")],
+    ["lag", seconds(lag.seconds) + " (last applied commit " + (lag.last_applied_commit_ts || "none") + ")"],
+    ["oldest unapplied", lag.oldest_unapplied_commit_ts ? seconds(lag.oldest_unapplied_seconds) + " old" : "none"],
+    ["backlog", backlog.pairs + " pairs, " + mib(backlog.bytes)],
+    ["changes applied", s.totals.changes],
+  ]);
+
+  const problems = document.getElementById("problems");
+  problems.replaceChildren();
+  if (s.blocked_by) {
+    const what = s.blocked_by.kind === "transaction" ? "transaction " + s.blocked_by.xid : s.blocked_by.kind + " " + s.blocked_by.seq;
+    problems.append(el("p", "BLOCKED by " + what + ": " + (s.blocked_by.detail || ""), "bad"));
+  }
+  if (s.last_error) problems.append(el("p", "last error (" + s.last_error.at + "): " + s.last_error.message, "bad"));
+  if (s.last_run) problems.append(el("p", "last run: " + (s.last_run.outcome || s.last_run.unreadable) + ", finished " + (s.last_run.finished_at || "–") + ", " + (s.last_run.cycles ?? "–") + " cycles"));
+  if (!problems.childNodes.length) problems.append(el("p", "nothing blocks", "good"));
+
+  const running = document.getElementById("running");
+  running.replaceChildren();
+  if (s.run_in_progress) {
+    const r = s.run_in_progress;
+    running.append(el("p", "host " + r.host + ", pid " + r.pid + ", started " + r.started_at + (r.run_key ? ", run key " + r.run_key : "")));
+  } else running.append(el("p", "none", "none"));
+  if (s.cycle_under_way) running.append(el("p", "cycle " + s.cycle_under_way.cycle_id + " under way: pairs " + pairs(s.cycle_under_way.seqs)));
+
+  const open = document.getElementById("open");
+  open.replaceChildren(s.open_transactions.length
+    ? table(["xid", "began", "began in pair", "rows", "bytes", "spooled"], s.open_transactions.map((t) =>
+        [t.xid, t.began_at, t.began_seq, t.rows, mib(t.bytes), t.spilled ? "yes" : "no"]))
+    : el("p", "none", "none"));
+
+  const q = s.queue;
+  definitions(document.getElementById("memory"), [
+    ["queue budget", mib(q.budget_bytes)],
+    ["last cycle's peak", mib(q.peak_bytes)],
+    ["held at its end", Object.entries(q.memory_bytes).map(([k, v]) => k + " " + mib(v)).join(", ") || "–"],
+    ["spooled during it", Object.entries(q.spooled_bytes).map(([k, v]) => k + " " + mib(v)).join(", ") + " (" + q.spooled_buffers + " buffers)"],
+    ["open transactions", mib(q.open_transaction_bytes)],
+  ]);
+  document.getElementById("spills").replaceChildren(s.spill_files.length
+    ? table(["spill file", "bytes"], s.spill_files.map((f) => [f.name, f.bytes]))
+    : el("p", "spill files: none", "none"));
+
+  const phases = [...new Set(doc.cycles.flatMap((c) => Object.keys(c.seconds)))];
+  document.getElementById("sparkline").replaceChildren(sparkline(doc.cycles.map((c) => c.changes_per_second)));
+  document.getElementById("cycles").replaceChildren(doc.cycles.length
+    ? table(["cycle", "pairs", "changes", "changes/s", ...phases.map((p) => p + " s"), "total s", "driver MiB", "queue peak"],
+        doc.cycles.slice().reverse().map((c) => [c.cycle_id, pairs(c.seqs), c.rows_read, c.changes_per_second,
+          ...phases.map((p) => c.seconds[p]), c.total_seconds, c.driver_peak_rss_mib, mib(c.queue_peak_bytes)]))
+    : el("p", "no cycle yet", "none"));
+
+  const validation = Object.entries(doc.validation);
+  document.getElementById("validation").replaceChildren(validation.length
+    ? table(["table", "outcome", "expectations", "failed", "cycle", "validated at", "Data Docs page"], validation.map(([name, v]) =>
+        [name, el("span", v.success ? "passed" : "FAILED", v.success ? "good" : "bad"), v.expectations, v.failed, v.cycle_id, v.validated_at, v.data_docs_page]))
+    : el("p", "no validation yet", "none"));
+}
+
+async function load() {
+  const error = document.getElementById("error");
+  try {
+    const response = await fetch("api/status", { credentials: "same-origin", headers: { Accept: "application/json" } });
+    const body = await response.json().catch(() => ({}));
+    if (!response.ok) throw new Error(body.error || body.detail || response.status + " " + response.statusText);
+    draw(body);
+    error.hidden = true;
+    document.getElementById("view").hidden = false;
+  } catch (e) {
+    error.textContent = "Cannot read the Applier's status: " + e.message;
+    error.hidden = false;
+  }
+}
+
+load();
+setInterval(load, 30000);
