@@ -1,0 +1,182 @@
+"""The Applier view plugin, in Airflow's own API app: refused without Airflow's JWT, and its JSON told by a run's files.
+
+A generated workload is applied for two cycles by the engine and validated;
+the app is Airflow's (``airflow.api_fastapi.app.create_app``), with the
+project's plugins folder, so the mount path and the authentication are the
+real ones. Tokens are minted by the simple auth manager, as ``POST /auth/token``
+does. Every expected figure is read from the files (``checkpoint.json``,
+``cycles.jsonl``, ``validation.json``), not from the view's code.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from airflow_support import airflow_home  # noqa: F401  (airflow_home: session fixture)
+from applier.config import Config, load_config
+from applier.generate import generate_workload
+from engine_support import run
+
+pytestmark = [pytest.mark.airflow, pytest.mark.spark]
+
+ENDPOINTS = ["/applier/", "/applier/static/view.js", "/applier/static/view.css", "/applier/api/status"]
+
+
+@pytest.fixture(scope="module")
+def applied(tmp_path_factory: pytest.TempPathFactory, spark: Any) -> tuple[Path, Config]:
+    """A configuration with two cycles applied, more pairs waiting, and its tables validated."""
+    from applier.validate import validate_target
+
+    folder = tmp_path_factory.mktemp("view")
+    generate_workload(folder / "in", seed=5, transactions=80, file_size_mb=0.03, profile="demo")
+    path = folder / "applier.yaml"
+    path.write_text(
+        f"configuration_name: viewed\nintermediate_dir: {folder / 'in'}\noutput_dir: {folder / 'out'}\n"
+        f"target: {{path: {folder / 'target'}}}\napply: {{process_intermediate_size_per_job: 0.1}}\n"
+    )
+    config = load_config(path)
+    run(config, spark, max_cycles=2)
+    validate_target(config, spark)
+    return path, config
+
+
+@pytest.fixture(scope="module")
+def client(airflow_home: Path) -> Iterator[Any]:  # noqa: F811  (the imported fixture)
+    """Airflow's API app (core: plugins, auth manager, UI) in process."""
+    from airflow.api_fastapi.app import create_app
+    from fastapi.testclient import TestClient
+
+    with TestClient(create_app(apps="core")) as c:
+        yield c
+
+
+def token(role: str | None) -> str:
+    """A JWT for a simple-auth-manager user, as ``POST /auth/token`` issues it."""
+    from airflow.api_fastapi.app import get_auth_manager
+    from airflow.api_fastapi.auth.managers.simple.user import SimpleAuthManagerUser
+
+    return get_auth_manager().generate_jwt(SimpleAuthManagerUser(username=f"view-{role}", role=role))
+
+
+def with_cookie(client: Any, path: str, value: str) -> Any:
+    """GET ``path`` with the ``_token`` cookie the Airflow UI sets after login."""
+    client.cookies.set("_token", value)
+    try:
+        return client.get(path)
+    finally:
+        client.cookies.clear()
+
+
+@pytest.fixture
+def viewer(client: Any, applied: tuple[Path, Config], monkeypatch: pytest.MonkeyPatch) -> dict[str, str]:
+    """Headers of a viewer, with the DAG's configuration (``$APPLIER_CONFIG``) the applied one."""
+    monkeypatch.setenv("APPLIER_CONFIG", str(applied[0]))
+    return {"Authorization": f"Bearer {token('viewer')}"}
+
+
+@pytest.mark.parametrize("path", ENDPOINTS)
+def test_every_endpoint_refuses_a_request_without_airflow_token(client: Any, path: str) -> None:
+    assert client.get(path).status_code == 401
+    assert client.get(path, headers={"Authorization": "Bearer not-a-jwt"}).status_code == 403
+    assert with_cookie(client, path, "not-a-jwt").status_code == 403
+
+
+@pytest.mark.parametrize("path", ENDPOINTS)
+def test_every_endpoint_refuses_a_user_without_read_access_to_the_dag(client: Any, path: str) -> None:
+    # The simple auth manager grants nothing to a user without a role.
+    assert client.get(path, headers={"Authorization": f"Bearer {token(None)}"}).status_code == 403
+
+
+def test_the_app_exposes_no_unprotected_docs(client: Any) -> None:
+    for path in ("/applier/docs", "/applier/openapi.json", "/applier/redoc"):
+        assert client.get(path, headers={"Authorization": f"Bearer {token('viewer')}"}).status_code == 404
+
+
+def test_the_page_and_its_assets_are_served_with_relative_paths(client: Any, viewer: dict[str, str]) -> None:
+    page = client.get("/applier/", headers=viewer)
+    assert page.status_code == 200 and page.headers["content-type"].startswith("text/html")
+    references = re.findall(r'(?:src|href)="([^"]+)"', page.text)
+    assert sorted(references) == ["static/view.css", "static/view.js"]
+    script = client.get("/applier/static/view.js", headers=viewer)
+    assert script.status_code == 200 and script.headers["content-type"].startswith("text/javascript")
+    assert 'fetch("api/status"' in script.text
+    assert not re.search(r"""["'`]/(?!/)""", script.text), "an absolute path in view.js"
+    assert client.get("/applier/static/view.css", headers=viewer).headers["content-type"].startswith("text/css")
+    assert client.get("/applier/static/../view.py", headers=viewer).status_code == 404
+
+
+def test_the_ui_cookie_is_accepted_as_the_bearer_header_is(client: Any, viewer: dict[str, str]) -> None:
+    bearer = viewer["Authorization"].removeprefix("Bearer ")
+    assert with_cookie(client, "/applier/api/status?cycles=1", bearer).status_code == 200
+
+
+def test_status_tells_what_the_run_files_hold(
+    client: Any, viewer: dict[str, str], applied: tuple[Path, Config]
+) -> None:
+    path, config = applied
+    response = client.get("/applier/api/status?cycles=5", headers=viewer)
+    assert response.status_code == 200, response.text
+    doc = response.json()
+    checkpoint = json.loads((config.work_dir / "checkpoint.json").read_text())
+    reports = [json.loads(line) for line in (config.work_dir / "cycles.jsonl").read_text().splitlines()]
+
+    assert doc["config_file"] == str(path)
+    status = doc["status"]
+    assert status["configuration"] == "viewed"
+    assert {k: checkpoint[k] for k in status["checkpoint"]} == status["checkpoint"]
+    pairs = sorted(int(p.name[:12]) for p in config.intermediate_dir.glob("*.trn"))
+    assert status["backlog"]["pairs"] == len([s for s in pairs if s > checkpoint["applied_seq"]]) > 0
+    assert status["lag"]["seconds"] is not None and status["blocked_by"] is None
+
+    assert [c["cycle_id"] for c in doc["cycles"]] == [r["cycle_id"] for r in reports] == [1, 2]
+    for cycle, report in zip(doc["cycles"], reports, strict=True):
+        assert cycle["seqs"] == report["seqs"] and cycle["rows_read"] == report["rows_read"]
+        assert cycle["seconds"] == report["seconds"]
+        assert cycle["total_seconds"] == pytest.approx(sum(report["seconds"].values()), abs=0.002)
+        assert cycle["changes_per_second"] == pytest.approx(report["rows_read"] / cycle["total_seconds"], abs=0.1)
+        assert cycle["driver_peak_rss_mib"] == report.get("driver_peak_rss_mib")
+    assert [c["cycle_id"] for c in client.get("/applier/api/status?cycles=1", headers=viewer).json()["cycles"]] == [2]
+
+    (results,) = (config.work_dir / "validation").glob("*/validation.json")
+    validation = json.loads(results.read_text())
+    assert sorted(doc["validation"]) == sorted(validation["tables"]) == sorted(checkpoint["row_counts"])
+    for name, shown in doc["validation"].items():
+        table = validation["tables"][name]
+        assert shown["success"] is table["success"] is True
+        assert shown["expectations"] == len(table["expectations"]) > 0 and shown["failed"] == 0
+        assert shown["cycle_id"] == validation["cycle_id"] == checkpoint["cycle_id"]
+        assert shown["results_name"] == results.parent.name
+        assert "gx_result" not in shown
+
+
+def test_status_refuses_an_out_of_range_cycle_count(client: Any, viewer: dict[str, str]) -> None:
+    assert client.get("/applier/api/status?cycles=0", headers=viewer).status_code == 422
+
+
+def test_a_configuration_that_does_not_load_is_one_line_of_json(
+    client: Any, viewer: dict[str, str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("APPLIER_CONFIG", str(tmp_path / "missing.yaml"))
+    response = client.get("/applier/api/status", headers=viewer)
+    assert response.status_code == 500
+    assert "missing.yaml" in response.json()["error"] and "\n" not in response.json()["error"]
+
+
+def test_the_plugin_puts_the_view_in_airflow_navigation(client: Any) -> None:
+    admin = {"Authorization": f"Bearer {token('admin')}"}
+    plugins = client.get("/api/v2/plugins", headers=admin).json()["plugins"]
+    (plugin,) = [p for p in plugins if p["name"] == "applier_view"]
+    assert [(a["url_prefix"], a["name"]) for a in plugin["fastapi_apps"]] == [("/applier", "Applier view")]
+    (view,) = plugin["external_views"]
+    assert (view["name"], view["href"], view["url_route"], view["destination"]) == (
+        "Applier",
+        "applier/",
+        "applier",
+        "nav",
+    )
