@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import json
 import re
+import shutil
+import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -25,6 +27,8 @@ from engine_support import run
 
 pytestmark = [pytest.mark.airflow, pytest.mark.spark]
 
+HERE = Path(__file__).resolve().parent
+VIEW_JS = HERE.parent / "plugins" / "applier_airflow" / "view_static" / "view.js"
 ENDPOINTS = ["/applier/", "/applier/static/view.js", "/applier/static/view.css", "/applier/api/status"]
 
 
@@ -180,3 +184,25 @@ def test_the_plugin_puts_the_view_in_airflow_navigation(client: Any) -> None:
         "applier",
         "nav",
     )
+
+
+@pytest.mark.skipif(shutil.which("node") is None, reason="needs Node.js")
+def test_the_script_draws_the_status_without_an_error(
+    client: Any, viewer: dict[str, str], applied: tuple[Path, Config], tmp_path: Path
+) -> None:
+    # Not a browser: the page's script under Node with a minimal DOM, fed what api/status answers.
+    document = tmp_path / "status.json"
+    document.write_text(client.get("/applier/api/status", headers=viewer).text)
+    done = subprocess.run(
+        ["node", str(HERE / "view_smoke.js"), str(VIEW_JS), str(document)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    )
+    drawn = json.loads(done.stdout)
+    assert drawn["error"] is None and drawn["shown"] is True, drawn
+    checkpoint = json.loads((applied[1].work_dir / "checkpoint.json").read_text())
+    cp = f"applied pair {checkpoint['applied_seq']} (commit LSN {checkpoint['applied_commit_lsn']})"
+    assert cp in drawn["text"]
+    assert "viewed" in drawn["text"] and "passed" in drawn["text"] and "nothing blocks" in drawn["text"]

@@ -18,6 +18,19 @@ function seconds(s) {
   return s === null || s === undefined ? "–" : Number(s).toFixed(s < 10 ? 2 : 0) + " s";
 }
 
+// A lag or an age for people: seconds, then minutes, hours, days.
+function duration(s) {
+  if (s === null || s === undefined) return "–";
+  if (s < 120) return seconds(s);
+  if (s < 7200) return (s / 60).toFixed(0) + " min";
+  if (s < 172800) return (s / 3600).toFixed(1) + " h";
+  return (s / 86400).toFixed(1) + " d";
+}
+
+function since(moment, now) {
+  return moment ? duration(Math.max(0, (Date.parse(now) - Date.parse(moment)) / 1000)) : "–";
+}
+
 function pairs(seqs) {
   return seqs && seqs.length ? (seqs.length > 1 ? seqs[0] + "–" + seqs[seqs.length - 1] : String(seqs[0])) : "–";
 }
@@ -72,8 +85,8 @@ function draw(doc) {
     ["applied pair", cp.applied_seq + " (commit LSN " + cp.applied_commit_lsn + ")"],
     ["restart pair", cp.restart_seq],
     ["cycles", cp.cycle_id + ", last committed " + (cp.committed_at || "never")],
-    ["lag", seconds(lag.seconds) + " (last applied commit " + (lag.last_applied_commit_ts || "none") + ")"],
-    ["oldest unapplied", lag.oldest_unapplied_commit_ts ? seconds(lag.oldest_unapplied_seconds) + " old" : "none"],
+    ["lag", duration(lag.seconds) + " (last applied commit " + (lag.last_applied_commit_ts || "none") + ")"],
+    ["oldest unapplied", lag.oldest_unapplied_commit_ts ? duration(lag.oldest_unapplied_seconds) + " old" : "none"],
     ["backlog", backlog.pairs + " pairs, " + mib(backlog.bytes)],
     ["changes applied", s.totals.changes],
   ]);
@@ -85,8 +98,8 @@ function draw(doc) {
     problems.append(el("p", "BLOCKED by " + what + ": " + (s.blocked_by.detail || ""), "bad"));
   }
   if (s.last_error) problems.append(el("p", "last error (" + s.last_error.at + "): " + s.last_error.message, "bad"));
-  if (s.last_run) problems.append(el("p", "last run: " + (s.last_run.outcome || s.last_run.unreadable) + ", finished " + (s.last_run.finished_at || "–") + ", " + (s.last_run.cycles ?? "–") + " cycles"));
-  if (!problems.childNodes.length) problems.append(el("p", "nothing blocks", "good"));
+  if (!s.blocked_by && !s.last_error) problems.append(el("p", "nothing blocks", "good"));
+  if (s.last_run) problems.append(el("p", "last run: " + (s.last_run.outcome || s.last_run.unreadable) + " at " + (s.last_run.finished_at || "–") + ", " + (s.last_run.cycles ?? "–") + " cycles"));
 
   const running = document.getElementById("running");
   running.replaceChildren();
@@ -98,8 +111,8 @@ function draw(doc) {
 
   const open = document.getElementById("open");
   open.replaceChildren(s.open_transactions.length
-    ? table(["xid", "began", "began in pair", "rows", "bytes", "spooled"], s.open_transactions.map((t) =>
-        [t.xid, t.began_at, t.began_seq, t.rows, mib(t.bytes), t.spilled ? "yes" : "no"]))
+    ? table(["xid", "age", "began in pair", "rows", "bytes", "spooled"], s.open_transactions.map((t) =>
+        [t.xid, since(t.began_at, s.generated_at), t.began_seq, t.rows, mib(t.bytes), t.spilled ? "yes" : "no"]))
     : el("p", "none", "none"));
 
   const q = s.queue;
