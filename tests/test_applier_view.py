@@ -29,7 +29,8 @@ pytestmark = [pytest.mark.airflow, pytest.mark.spark]
 
 HERE = Path(__file__).resolve().parent
 VIEW_JS = HERE.parent / "plugins" / "applier_airflow" / "view_static" / "view.js"
-ENDPOINTS = ["/applier/", "/applier/static/view.js", "/applier/static/view.css", "/applier/api/status"]
+ENDPOINTS = ["/applier/", "/applier/static/view.js", "/applier/static/view.css", "/applier/api/status",
+             "/applier/docs/index.html"]  # fmt: skip
 
 
 @pytest.fixture(scope="module")
@@ -157,6 +158,26 @@ def test_status_tells_what_the_run_files_hold(
         assert shown["cycle_id"] == validation["cycle_id"] == checkpoint["cycle_id"]
         assert shown["results_name"] == results.parent.name
         assert "gx_result" not in shown
+
+
+def test_each_table_links_its_data_docs_page_which_the_view_serves_and_nothing_beside(
+    client: Any, viewer: dict[str, str], applied: tuple[Path, Config]
+) -> None:
+    _, config = applied
+    site = config.work_dir / "validation" / "data_docs"
+    doc = client.get("/applier/api/status", headers=viewer).json()
+    for name, shown in doc["validation"].items():
+        url = shown["data_docs_url"]
+        assert url.startswith("docs/validations/") and Path(shown["data_docs_page"]) == site / url[len("docs/"):]
+        page = client.get(f"/applier/{url}", headers=viewer)
+        assert page.status_code == 200 and name in page.text, name
+    index = client.get("/applier/docs/index.html", headers=viewer)
+    assert index.status_code == 200 and index.headers["content-type"].startswith("text/html")
+    assert client.get("/applier/docs/vendor/jquery-3.7.1/jquery.min.js", headers=viewer).status_code == 200  # offline
+    checkpoint = (config.work_dir / "checkpoint.json").read_text()
+    for outside in ("..%2Fcheckpoint.json", "..%2F..%2F..%2F" + "viewed%2Fcheckpoint.json", "nowhere.html"):
+        response = client.get(f"/applier/docs/{outside}", headers=viewer)  # the route sees the decoded ..
+        assert response.status_code == 404 and checkpoint not in response.text, outside
 
 
 def test_status_refuses_an_out_of_range_cycle_count(client: Any, viewer: dict[str, str]) -> None:

@@ -19,6 +19,7 @@ from applier.engine.jsonlines import last_lines
 from applier.status_document import cycle_figures, status_document
 
 RESULTS_FILE = "validation.json"  # as applier.validate writes it, read here without importing GX
+DATA_DOCS = "data_docs"  # the Data Docs site beside the results folders, as applier.validate builds it
 DEFAULT_CYCLES = 20
 MAX_CYCLES = 500
 
@@ -57,6 +58,17 @@ def recent_cycles(path: Path, n: int) -> list[dict[str, Any]]:
     return rows
 
 
+def docs_url(site: Path, page: str | None) -> str | None:
+    """A Data Docs page as a URL relative to the view (``docs/validations/…``); None outside the site."""
+    if not page:
+        return None
+    try:
+        relative = Path(page).resolve().relative_to(site.resolve())
+    except ValueError:
+        return None
+    return "docs/" + relative.as_posix()
+
+
 def last_validation_per_table(folder: Path) -> dict[str, dict[str, Any]]:
     """Per target table, the newest validation that checked it (results folders by modification time).
 
@@ -87,6 +99,7 @@ def last_validation_per_table(folder: Path) -> dict[str, dict[str, Any]]:
                 "failed": sum(1 for e in expectations if not e.get("success")),
                 "failures": [f for f in document.get("failures", []) if f.startswith(f"{name}: ")],
                 "data_docs_page": result.get("data_docs_page"),
+                "data_docs_url": docs_url(folder / DATA_DOCS, result.get("data_docs_page")),
                 "json_path": str(path),
             }
     return dict(sorted(tables.items()))

@@ -3,6 +3,8 @@
 * ``GET /applier/`` the page (HTML), ``GET /applier/static/view.js`` and
   ``/static/view.css`` its script and styles: no build step, no CDN, every
   path relative so the page works behind a reverse proxy and in Airflow's iframe.
+* ``GET /applier/docs/…`` the configuration's Data Docs site (offline: its
+  assets are vendored), which the page links per table.
 * ``GET /applier/api/status?cycles=N`` the JSON the page draws:
   :func:`applier.view_document.view_document` for the configuration the
   ``applier`` DAG uses, resolved by :class:`~applier_airflow.hooks.ApplierHook`
@@ -61,6 +63,18 @@ def create_app() -> FastAPI:
         if name not in ASSETS:
             raise HTTPException(404, "Not Found")
         return FileResponse(STATIC / name, media_type=ASSETS[name])
+
+    @app.get("/docs/{path:path}", include_in_schema=False)
+    def data_docs(path: str) -> FileResponse:
+        """A file of the Data Docs site; nothing outside it (``..`` and links are resolved first)."""
+        from applier.view_document import DATA_DOCS
+        from applier_airflow.hooks import ApplierHook
+
+        site = (ApplierHook().resolve([]).config.work_dir / "validation" / DATA_DOCS).resolve()
+        wanted = (site / (path or "index.html")).resolve()
+        if not wanted.is_relative_to(site) or not wanted.is_file():
+            raise HTTPException(404, "Not Found")
+        return FileResponse(wanted)
 
     # Plain def: FastAPI runs it in a worker thread, so reading files (and the source's slot) blocks no one.
     @app.get("/api/status")

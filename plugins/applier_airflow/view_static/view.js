@@ -42,6 +42,14 @@ function definitions(target, rows) {
   }
 }
 
+function docsLink(v) {
+  if (!v.data_docs_url) return v.data_docs_page || "–";
+  const a = el("a", "open");
+  a.href = v.data_docs_url;  // relative: docs/… under this view, behind Airflow's login
+  a.target = "_blank";
+  return a;
+}
+
 function table(headers, rows) {
   const t = el("table");
   const head = t.createTHead().insertRow();
@@ -138,7 +146,7 @@ function draw(doc) {
   const validation = Object.entries(doc.validation);
   document.getElementById("validation").replaceChildren(validation.length
     ? table(["table", "outcome", "expectations", "failed", "cycle", "validated at", "Data Docs page"], validation.map(([name, v]) =>
-        [name, el("span", v.success ? "passed" : "FAILED", v.success ? "good" : "bad"), v.expectations, v.failed, v.cycle_id, v.validated_at, v.data_docs_page]))
+        [name, el("span", v.success ? "passed" : "FAILED", v.success ? "good" : "bad"), v.expectations, v.failed, v.cycle_id, v.validated_at, docsLink(v)]))
     : el("p", "no validation yet", "none"));
 }
 
