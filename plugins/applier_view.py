@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from airflow.plugins_manager import AirflowPlugin
 
+from applier_airflow.links import DataDocsLink
 from applier_airflow.view import URL_PREFIX, app
 
 
@@ -20,4 +21,5 @@ class ApplierViewPlugin(AirflowPlugin):
     fastapi_apps = [{"app": app, "url_prefix": URL_PREFIX, "name": "Applier view"}]  # noqa: RUF012
     # url_route: the UI shows the page in its own frame at /plugin/applier; href has no leading slash,
     # so it is relative to Airflow's base URL (behind a proxy too).
+    operator_extra_links = [DataDocsLink()]  # noqa: RUF012  (the validate task's link to the Data Docs)
     external_views = [{"name": "Applier", "href": "applier/", "url_route": "applier", "destination": "nav"}]  # noqa: RUF012

@@ -399,3 +399,11 @@ def test_a_conf_key_that_is_no_param_is_named() -> None:
     assert unknown_conf_keys({"max_cyclez": 1, "plan_only": True}, params) == (
         "conf key 'max_cyclez' is not a param of this DAG (its params: max_cycles, plan_only)"
     )
+
+
+def test_the_data_docs_link_is_the_views_site_under_airflows_base_url() -> None:
+    from applier_airflow.builders import data_docs_url
+
+    assert data_docs_url("http://localhost:8080") == "http://localhost:8080/applier/docs/index.html"
+    assert data_docs_url("https://x.example/airflow/") == "https://x.example/airflow/applier/docs/index.html"
+    assert data_docs_url("") == "/applier/docs/index.html"

@@ -236,3 +236,11 @@ def test_the_materialize_dag_is_triggered_with_a_table_a_mode_and_chunk_rows(bag
     for bad in ({"table": "orders"}, {"mode": "fast"}, {"chunk_rows": 0}):
         with pytest.raises(ParamValidationError, match=f"Invalid input for param {next(iter(bad))}"):
             _serialized_params(dag).deep_merge(bad).validate()
+
+
+def test_the_validate_task_links_the_data_docs_the_view_serves(dag: Any) -> None:
+    from applier_airflow.links import DataDocsLink
+
+    (link,) = dag.get_task("validate").operator_extra_links
+    assert isinstance(link, DataDocsLink) and link.name == "Data Docs"
+    assert link.get_link(dag.get_task("validate"), ti_key=None).endswith("/applier/docs/index.html")

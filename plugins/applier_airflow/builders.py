@@ -395,6 +395,11 @@ def asset_uris(target: TargetConfig, tables: Iterable[str]) -> dict[str, str]:
     return {table: asset_uri(target, table) for table in tables}
 
 
+def data_docs_url(base_url: str) -> str:
+    """The Applier view's Data Docs index under Airflow's base URL (``[api] base_url``; ``/`` when unset)."""
+    return (base_url or "/").rstrip("/") + "/applier/docs/index.html"
+
+
 def unknown_conf_keys(conf: Mapping[str, Any], params: Mapping[str, Any]) -> str | None:
     """Why a run's conf is refused: a key that is not one of the DAG's params (None: every key is known).
 

@@ -43,6 +43,7 @@ from applier_airflow.builders import (
 )
 from applier_airflow.extract_builders import extract_figures, extract_line, extract_outcome, max_wal_mb_from_params
 from applier_airflow.hooks import CONFIG_VARIABLE, PROJECT_DIR, TARGET_CONN_ID
+from applier_airflow.links import DataDocsLink
 
 APPLY_JOB = PROJECT_DIR / "jobs" / "apply.py"
 TABLES_ALIAS = "applier_target_tables"
@@ -202,6 +203,7 @@ class ApplierValidateOperator(ApplierTaskMixin, BaseOperator):
     """
 
     template_fields: Sequence[str] = ("config_path",)
+    operator_extra_links = (DataDocsLink(),)
 
     def __init__(
         self,
