@@ -47,16 +47,20 @@ demo: setup
 	@echo
 	python -m applier.summary --config config/demo.yaml
 
-# Airflow's UI and API at http://localhost:8080 with the project's DAGs (Ctrl-C stops it).
+# Airflow's UI and API at http://localhost:$(AIRFLOW_PORT) with the project's DAGs (Ctrl-C stops it).
+# One setting moves it: `make airflow AIRFLOW_PORT=8090` sets the API server's port and its base URL, which
+# the tasks' execution API URL follows (the port alone would leave tasks calling :8080).
+AIRFLOW_PORT ?= 8080
 airflow: setup
 	mkdir -p $(AIRFLOW_HOME_DIR)
 	$(AIRFLOW_ENV) airflow db migrate > $(AIRFLOW_HOME_DIR)/db-migrate.log 2>&1
-	@echo "Starting Airflow at http://localhost:8080: log in as admin with the password Airflow generates into"
+	@echo "Starting Airflow at http://localhost:$(AIRFLOW_PORT): log in as admin with the password Airflow generates into"
 	@echo "  $(PASSWORDS)"
 	@( for _ in $$(seq 300); do test -s $(PASSWORDS) && { echo; echo ">>> Airflow login: admin / $$(python -c \
 		'import json, sys; print(json.load(open(sys.argv[1]))["admin"])' $(PASSWORDS))  (from $(PASSWORDS))"; \
 		echo; break; }; sleep 1; done ) & \
-	$(AIRFLOW_ENV) AIRFLOW__API__HOST=127.0.0.1 AIRFLOW__API__PORT=8080 exec airflow standalone
+	$(AIRFLOW_ENV) AIRFLOW__API__HOST=127.0.0.1 AIRFLOW__API__PORT=$(AIRFLOW_PORT) \
+		AIRFLOW__API__BASE_URL=http://localhost:$(AIRFLOW_PORT) exec airflow standalone
 
 lint: setup
 	ruff check .
