@@ -407,3 +407,10 @@ def test_the_data_docs_link_is_the_views_site_under_airflows_base_url() -> None:
     assert data_docs_url("http://localhost:8080") == "http://localhost:8080/applier/docs/index.html"
     assert data_docs_url("https://x.example/airflow/") == "https://x.example/airflow/applier/docs/index.html"
     assert data_docs_url("") == "/applier/docs/index.html"
+
+
+def test_the_materialize_dag_offers_the_modes_the_library_takes() -> None:
+    from applier.extract.subscriptions import MODES
+    from applier_airflow.extract_builders import MODES as DAG_MODES  # its own: the DAG file must not load the extractor
+
+    assert DAG_MODES == MODES

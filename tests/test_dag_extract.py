@@ -56,16 +56,22 @@ def xcom(dag_run: Any, dag_id: str = "applier_extract", task_id: str = "extract"
         return XComModel.deserialize_value(session.scalars(query).one())
 
 
+def config_file(tmp_path: Path, source: Source, extra: str = "") -> Path:
+    """The configuration file the DAGs find through APPLIER_CONFIG, on the test's source (``extra``: source lines)."""
+    url, slot, publication = source
+    path = tmp_path / "applier.yaml"
+    path.write_text(
+        f"configuration_name: ext\nintermediate_dir: {tmp_path / 'pairs'}\noutput_dir: {tmp_path / 'out'}\n"
+        f"target:\n  path: {tmp_path / 'target'}\nsource:\n  url: '{url}'\n  slot: {slot}\n"
+        f"  publication: {publication}\n{extra}"
+    )
+    return path
+
+
 def test_a_run_extracts_a_bounded_batch_and_is_skipped_while_another_extractor_runs(
     extract_dag: Any, tmp_path: Path, logical_source: Source
 ) -> None:
-    url, slot, publication = logical_source
-    config_path = tmp_path / "applier.yaml"
-    config_path.write_text(
-        f"configuration_name: ext\nintermediate_dir: {tmp_path / 'pairs'}\noutput_dir: {tmp_path / 'out'}\n"
-        f"target:\n  path: {tmp_path / 'target'}\nsource:\n  url: '{url}'\n  slot: {slot}\n"
-        f"  publication: {publication}\n"
-    )
+    config_path = config_file(tmp_path, logical_source)
     config = extract_config(tmp_path, logical_source)
     prepare(config, "CREATE TABLE t (id int PRIMARY KEY, v text)")
     execute(config, "INSERT INTO t VALUES (1, 'a'), (2, 'b')", "UPDATE t SET v = 'c' WHERE id = 2")
@@ -94,13 +100,7 @@ def test_the_materialize_dag_copies_a_table_and_fails_naming_a_refusal(
 ) -> None:
     from applier.extract.subscriptions import Registry
 
-    url, slot, publication = logical_source
-    config_path = tmp_path / "applier.yaml"
-    config_path.write_text(
-        f"configuration_name: ext\nintermediate_dir: {tmp_path / 'pairs'}\noutput_dir: {tmp_path / 'out'}\n"
-        f"target:\n  path: {tmp_path / 'target'}\nsource:\n  url: '{url}'\n  slot: {slot}\n"
-        f"  publication: {publication}\n  include: [public.other]\n"
-    )
+    config_path = config_file(tmp_path, logical_source, "  include: [public.other]\n")
     config = extract_config(tmp_path, logical_source, "source.include=public.other")
     prepare(
         config,

@@ -139,6 +139,7 @@ class Materializer:
     _pending: list[_Pending] = field(default_factory=list)
     _watched: set[str] = field(default_factory=set)
     _last_written: int | None = None  # the last lsn of the pair being written
+    _emitted: bool = False  # markers committed by the last prepare
     _dropping: dict[str, Relation] = field(default_factory=dict)  # attempt of a drop marker emitted -> its table
 
     def __post_init__(self) -> None:
@@ -268,8 +269,13 @@ class Materializer:
         """A nonatomic copy has chunks to read (the batch goes on until it ends)."""
         return any(not c.done for c in self._chunked.values())
 
-    def prepare(self, conn: psycopg.Connection[tuple[object, ...]]) -> None:
-        """Start what the registry asks for, and read the next nonatomic chunks (``conn``: autocommit)."""
+    def prepare(self, conn: psycopg.Connection[tuple[object, ...]]) -> bool:
+        """Start what the registry asks for, and read the next nonatomic chunks (``conn``: autocommit).
+
+        Returns:
+            Whether markers were committed (the WAL end moved past them).
+        """
+        self._emitted = False
         on_disk = self.registry.load()
         for table, sub in on_disk.items():  # a new or changed request; the fields this process moves stay
             mine = self._subs.get(table)
@@ -283,6 +289,7 @@ class Materializer:
                 self._prepare_one(conn, sub)
             except (psycopg.Error, ExtractError) as e:
                 self._fail(sub, e)
+        return self._emitted
 
     def close(self) -> None:
         for copy in self._copies.values():
@@ -333,6 +340,7 @@ class Materializer:
         self, conn: psycopg.Connection[tuple[object, ...]], table: str, attempt: str, kind: str, **more: Any
     ) -> None:
         source.emit_marker(conn, json.dumps({"t": table, "a": attempt, "k": kind, **more}))
+        self._emitted = True
 
     def _start_copy(
         self, conn: psycopg.Connection[tuple[object, ...]], sub: Subscription, attempt: str, relation: Relation,
@@ -372,7 +380,7 @@ class Materializer:
     def _copy_chunk(self, table: str, attempt: str, chunk: int, final_lsn: int) -> MarkerRows:
         copy = self._copies[attempt]
         last = chunk == copy.chunks
-        rows = _taken(copy, self.image_of, last, self._subs[table])
+        rows = _taken(copy, self.image_of, last)
         fields: dict[str, Any] = {}
         commit_fields: tuple[str, ...] = ("activation_lsn",) if chunk == 1 else ()
         if last:
@@ -440,7 +448,7 @@ class Materializer:
         self._marker(conn, sub.table, attempt, "drop")
 
 
-def _taken(copy: _Copy, image_of: ImageOf, last: bool, sub: Subscription) -> Iterator[Image]:
+def _taken(copy: _Copy, image_of: ImageOf, last: bool) -> Iterator[Image]:
     """Chunk rows from the copy's cursor (the rest of it for the last chunk); the snapshot ends after the last."""
     for taken, row in enumerate(copy.rows, 1):
         yield image_of(copy.relation, row)

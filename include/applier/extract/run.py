@@ -280,8 +280,8 @@ def _extract_locked(
         while True:
             state = source.slot_state(run.ctl_conn, run.slot)
             if run.flow.admits(state):
-                run.materializer.prepare(run.ctl_conn)  # subscriptions: their markers, the next chunks
-                state = source.slot_state(run.ctl_conn, run.slot)  # the WAL end past the markers
+                if run.materializer.prepare(run.ctl_conn):  # subscriptions: their markers, the next chunks
+                    state = source.slot_state(run.ctl_conn, run.slot)  # the WAL end past the markers
                 end = state.wal_end
                 if max_wal_mb is not None:
                     end = min(end, state.confirmed_flush + int(max_wal_mb * MIB))

@@ -211,22 +211,21 @@ def check_header_and_size(ref: PairRef) -> Header:
     except UnicodeDecodeError as e:
         raise _corrupt(ref, ref.trn_path, "header-missing", f"not UTF-8 text: {e}") from e
     header = _parse_header(ref, line)
-    try:
-        size = ref.dat_path.stat().st_size
-    except FileNotFoundError as e:
-        raise _corrupt(ref, ref.dat_path, "dat-missing", "the .trn exists but the .dat does not") from e
-    if size != header.dat_bytes:
-        raise _corrupt(ref, ref.dat_path, "bytes-mismatch", f"file has {size} bytes, header says {header.dat_bytes}")
+    _check_dat_size(ref, header)
     return header
 
 
-def _check_dat_identity(ref: PairRef, header: Header) -> None:
+def _check_dat_size(ref: PairRef, header: Header) -> None:
     try:
         size = ref.dat_path.stat().st_size
     except FileNotFoundError as e:
         raise _corrupt(ref, ref.dat_path, "dat-missing", "the .trn exists but the .dat does not") from e
     if size != header.dat_bytes:
         raise _corrupt(ref, ref.dat_path, "bytes-mismatch", f"file has {size} bytes, header says {header.dat_bytes}")
+
+
+def _check_dat_identity(ref: PairRef, header: Header) -> None:
+    _check_dat_size(ref, header)
     with open(ref.dat_path, "rb") as fh:
         digest = hashlib.file_digest(fh, "sha256").hexdigest()
     if digest != header.dat_sha256:
