@@ -56,24 +56,29 @@ with DAG(
         "retry_delay": timedelta(minutes=1),
     },
     params={
+        # Numbers are declared with two numeric types (a whole number: multipleOf 1): Airflow's form then
+        # draws a text field that keeps what was typed, or says why not. Its number field clamps a value
+        # below the minimum to the minimum and blanks "1e3" (the run would take the default): silently.
         "max_cycles": Param(
             None,
-            type=["null", "integer"],
+            type=["null", "integer", "number"],
             minimum=0,
+            multipleOf=1,
             title="Max cycles",
             description="Apply cycles in this run; 0 = until caught up; empty = apply.max_cycles_per_run.",
         ),
         "process_intermediate_size_per_job": Param(
             None,
-            type=["null", "number"],
+            type=["null", "number", "integer"],
             minimum=0,
             title="MiB per cycle",
             description="Overrides apply.process_intermediate_size_per_job; 0 = every available file.",
         ),
         "buffer_size_for_split_records": Param(
             None,
-            type=["null", "integer"],
+            type=["null", "integer", "number"],
             minimum=1,
+            multipleOf=1,
             title="Buffer bytes per open transaction",
             description="Overrides apply.buffer_size_for_split_records.",
         ),

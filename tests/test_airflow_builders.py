@@ -71,6 +71,8 @@ def test_params_become_config_overrides_and_null_params_override_nothing() -> No
         "apply.process_intermediate_size_per_job=0.5",
         "apply.buffer_size_for_split_records=2048",
     ]
+    whole = overrides_from_params({"buffer_size_for_split_records": 4096.0})
+    assert whole == ["apply.buffer_size_for_split_records=4096"]
     assert overrides_from_params({"process_intermediate_size_per_job": 3}) == [
         "apply.process_intermediate_size_per_job=3"
     ]
@@ -95,8 +97,11 @@ def test_max_cycles_param() -> None:
     assert max_cycles_from_params(NO_PARAMS) is None
     assert max_cycles_from_params({"max_cycles": 0}) == 0
     assert max_cycles_from_params({"max_cycles": 7}) == 7
+    assert max_cycles_from_params({"max_cycles": 1000.0}) == 1000  # JSON 1e3, as a form or a script may send it
     with pytest.raises(ValueError, match="param max_cycles: -1 is not a whole number >= 0"):
         max_cycles_from_params({"max_cycles": -1})
+    with pytest.raises(ValueError, match=r"param max_cycles: 2\.5 is not a whole number >= 0"):
+        max_cycles_from_params({"max_cycles": 2.5})
 
 
 def test_an_fs_target_connection_sets_the_delta_target_folder() -> None:

@@ -89,7 +89,12 @@ def run_key(logical_date: dt.datetime | None, run_id: str) -> str:
 def _number(name: str, value: Any) -> str:
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise ValueError(f"param {name}: {value!r} is not a number")
-    return repr(value)
+    return repr(_whole(value))
+
+
+def _whole(value: int | float) -> int | float:
+    """``value``, as an int when it is a whole float (JSON's ``1e3`` and ``1000.0`` are 1000)."""
+    return int(value) if isinstance(value, float) and value.is_integer() else value
 
 
 def overrides_from_params(params: Mapping[str, Any]) -> list[str]:
@@ -118,9 +123,10 @@ def max_cycles_from_params(params: Mapping[str, Any]) -> int | None:
     value = params.get("max_cycles")
     if value is None:
         return None
-    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+    whole = _whole(value) if isinstance(value, float) else value
+    if isinstance(whole, bool) or not isinstance(whole, int) or whole < 0:
         raise ValueError(f"param max_cycles: {value!r} is not a whole number >= 0")
-    return value
+    return whole
 
 
 def target_overrides(
