@@ -68,8 +68,16 @@ lint: setup
 	mypy dags/applier.py  # apart: the module name "applier" would clash with the package
 	mypy dags/applier_extract.py dags/applier_materialize.py
 
+# Debian's Chromium, which Playwright drives in the browser test (tests/test_browser_view.py).
+CHROMIUM := /usr/bin/chromium
+SUDO := $(if $(filter 0,$(shell id -u)),,sudo)
+$(CHROMIUM):
+	@echo "installing Debian's chromium for the browser test"
+	$(SUDO) apt-get install -y -q chromium > /dev/null || \
+		{ $(SUDO) apt-get update -q > /dev/null && $(SUDO) apt-get install -y -q chromium > /dev/null; }
+
 # Two workers, a test file at a time each (see README, Tests).
-test: lint
+test: lint $(CHROMIUM)
 	pytest -n 2 --dist loadfile
 
 # The fast part alone: no Spark, Airflow or PostgreSQL.

@@ -271,11 +271,13 @@ def server_env(home: Path, port: int, password_file: Path, **extra: str) -> dict
 
 
 @contextmanager
-def running_airflow(home: Path, **extra_env: str) -> Iterator[AirflowServer]:
+def running_airflow(home: Path, *, standalone: bool = False, **extra_env: str) -> Iterator[AirflowServer]:
     """Migrate ``home``, start the api-server, scheduler and dag-processor, yield the server, stop them.
 
     Args:
         home: an empty folder for ``AIRFLOW_HOME``.
+        standalone: start them (and a triggerer) as ``airflow standalone`` does, in one process,
+            as a user running ``make airflow`` has them.
         **extra_env: more environment for every component (``APPLIER_CONFIG``, ``APPLIER_SCHEDULE``...).
 
     Raises:
@@ -289,9 +291,12 @@ def running_airflow(home: Path, **extra_env: str) -> Iterator[AirflowServer]:
     server = AirflowServer(home=home, url=f"http://127.0.0.1:{port}", env=env, password=password)
     airflow_command(["db", "migrate"], env)
     try:
-        server.processes["api-server"] = _start(home, "api-server", ["api-server", "--workers", "1"], env)
-        server.processes["scheduler"] = _start(home, "scheduler", ["scheduler", "--skip-serve-logs"], env)
-        server.processes["dag-processor"] = _start(home, "dag-processor", ["dag-processor"], env)
+        if standalone:
+            server.processes["standalone"] = _start(home, "standalone", ["standalone"], env)
+        else:
+            server.processes["api-server"] = _start(home, "api-server", ["api-server", "--workers", "1"], env)
+            server.processes["scheduler"] = _start(home, "scheduler", ["scheduler", "--skip-serve-logs"], env)
+            server.processes["dag-processor"] = _start(home, "dag-processor", ["dag-processor"], env)
 
         def healthy() -> bool | None:
             try:
@@ -306,6 +311,6 @@ def running_airflow(home: Path, **extra_env: str) -> Iterator[AirflowServer]:
         server.wait("healthy scheduler and DAG processor", healthy, STARTUP_SECONDS)
         yield server
     finally:
-        for name in ("scheduler", "dag-processor", "api-server"):
+        for name in ("scheduler", "dag-processor", "api-server", "standalone"):
             if name in server.processes:
                 _stop(server.processes[name])

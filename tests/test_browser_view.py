@@ -1,0 +1,285 @@
+"""The Applier view and the trigger form in a real browser (Debian's Chromium, Playwright) against `airflow standalone`.
+
+One ``airflow standalone`` (``airflow_server.running_airflow``, on loopback,
+the project's DAGs and plugins, ``APPLIER_CONFIG`` a generated workload on a
+Delta target, no schedule) serves the module. The browser logs in through
+Airflow's login page as a user does, triggers the ``applier`` DAG through its
+trigger form, and opens the Applier entry of the navigation. Every figure the
+page shows is checked against the configuration's files (``checkpoint.json``,
+``cycles.jsonl``, the pairs, ``validation.json``), not against the view's code.
+Requests that leave loopback are refused and recorded: the page and its Data
+Docs work offline. ``APPLIER_SCREENSHOT=docs/applier-view.png`` keeps the
+screenshot of the page (docs/ holds one made that way).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
+
+import pytest
+
+from airflow_server import AirflowServer, running_airflow
+from applier.config import Config, load_config
+from applier.generate import generate_workload
+
+pytestmark = [pytest.mark.airflow, pytest.mark.spark, pytest.mark.slow]
+
+CHROMIUM = "/usr/bin/chromium"  # Debian's package; `make setup` installs it
+# As root, in a closed network: no sandbox, and none of Chromium's own background connections.
+CHROMIUM_ARGS = [
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
+MIB = 1024 * 1024
+TYPED = {"max_cycles": "2", "process_intermediate_size_per_job": "0.05"}  # what the user types in the form
+EXPECTED_CONF = {
+    "max_cycles": 2,
+    "process_intermediate_size_per_job": 0.05,
+    "buffer_size_for_split_records": None,
+    "plan_only": False,
+    "skip_validation": False,
+}
+
+
+@dataclass
+class Watched:
+    """What a page did that a user would not see: console errors, uncaught exceptions, requests refused or failed."""
+
+    errors: list[str] = field(default_factory=list)
+    offline: list[str] = field(default_factory=list)
+
+    def attach(self, page: Any) -> None:
+        page.on("console", lambda m: self.errors.append(f"console {m.type}: {m.text}") if m.type == "error" else None)
+        page.on("pageerror", lambda e: self.errors.append(f"uncaught: {e}"))
+        page.on("requestfailed", self._failed)
+        page.on("response", lambda r: self.errors.append(f"{r.status} {r.url}") if r.status >= 400 else None)
+
+    def _failed(self, request: Any) -> None:
+        if request.failure != "net::ERR_ABORTED":  # a load the next navigation cancelled, not a failure
+            self.errors.append(f"request failed: {request.url} {request.failure}")
+
+
+@pytest.fixture(scope="module")
+def workload(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Config]:
+    """A configuration over a generated workload of more pairs than two cycles of 0.05 MiB take."""
+    folder = tmp_path_factory.mktemp("browser")
+    generate_workload(folder / "in", seed=7, transactions=120, file_size_mb=0.03, profile="demo")
+    path = folder / "applier.yaml"
+    path.write_text(
+        f"configuration_name: browsed\nintermediate_dir: {folder / 'in'}\noutput_dir: {folder / 'out'}\n"
+        f"target: {{path: {folder / 'target'}}}\n"
+    )
+    return path, load_config(path)
+
+
+@pytest.fixture(scope="module")
+def airflow(workload: tuple[Path, Config], tmp_path_factory: pytest.TempPathFactory) -> Iterator[AirflowServer]:
+    home = tmp_path_factory.mktemp("airflow-standalone")
+    with running_airflow(home, standalone=True, APPLIER_CONFIG=str(workload[0]), APPLIER_SCHEDULE="none") as server:
+        server.wait_for_dag("applier")
+        yield server
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[Any]:
+    from playwright.sync_api import sync_playwright
+
+    assert shutil.which(CHROMIUM), f"{CHROMIUM} is missing: `make setup` installs Debian's chromium"
+    with sync_playwright() as playwright:
+        chromium = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        yield chromium
+        chromium.close()
+
+
+def open_page(browser: Any, airflow: AirflowServer) -> tuple[Any, list[str]]:
+    """A page in a new browser context whose requests may only go to the Airflow on loopback, and those refused."""
+    context = browser.new_context(viewport={"width": 1400, "height": 1000}, base_url=airflow.url)
+    loopback = urlsplit(airflow.url).netloc
+    offline: list[str] = []
+
+    def route(r: Any) -> None:
+        if urlsplit(r.request.url).netloc == loopback or r.request.url.startswith(("data:", "blob:")):
+            r.continue_()
+        else:
+            offline.append(r.request.url)
+            r.abort()
+
+    context.route("**/*", route)
+    return context.new_page(), offline
+
+
+def log_in(page: Any, airflow: AirflowServer) -> None:
+    """Airflow's login page, as a user fills it in."""
+    page.goto("/")
+    page.fill("input[name=username]", "admin")
+    page.fill("input[name=password]", airflow.password)
+    page.click("button[type=submit]")
+    page.wait_for_url(airflow.url + "/")
+
+
+@pytest.fixture
+def page(browser: Any, airflow: AirflowServer) -> Iterator[tuple[Any, Watched]]:
+    """A logged-in page, watched from the login on."""
+    tab, offline = open_page(browser, airflow)
+    log_in(tab, airflow)
+    watched = Watched(offline=offline)
+    watched.attach(tab)
+    yield tab, watched
+    tab.context.close()
+
+
+def trigger_form(page: Any) -> Any:
+    """The ``applier`` DAG's trigger dialog, open."""
+    page.goto("/dags/applier")
+    page.get_by_role("button", name="Trigger").first.click()
+    dialog = page.get_by_role("dialog")
+    dialog.locator("[name=element_max_cycles]").wait_for()
+    return dialog
+
+
+def fill(dialog: Any, values: dict[str, str]) -> None:
+    for name, text in values.items():
+        dialog.locator(f"[name=element_{name}]").fill(text)
+
+
+@pytest.fixture(scope="module")
+def triggered(browser: Any, airflow: AirflowServer) -> dict[str, Any]:
+    """The run the trigger form made with ``TYPED``, once it finished."""
+    tab, _ = open_page(browser, airflow)
+    try:
+        log_in(tab, airflow)
+        before = {r["dag_run_id"] for r in airflow.dag_runs("applier")}
+        dialog = trigger_form(tab)
+        fill(dialog, TYPED)
+        dialog.get_by_role("button", name="Trigger").click()
+        new = airflow.wait("the triggered run", lambda: [r for r in airflow.dag_runs("applier")
+                                                          if r["dag_run_id"] not in before] or None, 60)  # fmt: skip
+    finally:
+        tab.context.close()
+    (run,) = new
+    return airflow.wait_for_run("applier", run["dag_run_id"])
+
+
+def test_the_trigger_form_passes_the_typed_values_to_the_run(triggered: dict[str, Any]) -> None:
+    assert triggered["conf"] == EXPECTED_CONF
+
+
+def test_the_trigger_form_refuses_what_it_cannot_take_and_changes_nothing(
+    page: tuple[Any, Watched], airflow: AirflowServer
+) -> None:
+    tab, _ = page
+    runs = len(airflow.dag_runs("applier"))
+    dialog = trigger_form(tab)
+    # Not a number: the form says so and will not trigger (Airflow's number field blanked it: the default ran).
+    fill(dialog, {"process_intermediate_size_per_job": "abc"})
+    assert dialog.get_by_text("Value must be one of").is_visible()
+    assert dialog.get_by_role("button", name="Trigger").is_disabled()
+    # Below the minimum: kept as typed and refused by the API (Airflow's number field made -5 into 1).
+    fill(dialog, {"process_intermediate_size_per_job": "", "buffer_size_for_split_records": "-5"})
+    dialog.get_by_role("button", name="Trigger").click()
+    tab.get_by_text("Failed to Trigger").first.wait_for()
+    assert dialog.locator("[name=element_buffer_size_for_split_records]").input_value() == "-5"
+    # Written as 1e3: the form keeps the number (it blanked it), and shows it as the run will get it.
+    fill(dialog, {"buffer_size_for_split_records": "", "max_cycles": "1e3"})
+    dialog.locator("[name=element_plan_only]").focus()
+    assert dialog.locator("[name=element_max_cycles]").input_value() == "1000"
+    assert len(airflow.dag_runs("applier")) == runs
+
+
+def read_json(path: Path) -> Any:
+    return json.loads(path.read_text())
+
+
+def definitions(dl: Any) -> dict[str, str]:
+    """A ``<dl>`` of the page as {term: description}."""
+    pairs = "dl => [...dl.querySelectorAll('dt')].map(dt => [dt.textContent, dt.nextElementSibling.textContent])"
+    return dict(dl.evaluate(pairs))
+
+
+def rows(table: Any) -> list[dict[str, str]]:
+    """A ``<table>`` of the page as one {header: cell text} per row."""
+    return list(table.evaluate("""t => {
+        const heads = [...t.tHead.rows[0].cells].map(c => c.textContent);
+        const cells = (r) => [...r.cells].map((c, i) => [heads[i], c.textContent]);
+        return [...t.tBodies[0].rows].map(r => Object.fromEntries(cells(r)));
+    }"""))
+
+
+def test_the_applier_view_shows_what_the_run_files_hold(
+    page: tuple[Any, Watched], triggered: dict[str, Any], workload: tuple[Path, Config]
+) -> None:
+    tab, watched = page
+    config = workload[1]
+    tab.get_by_role("link", name="Applier").click()
+    view = tab.frame_locator("iframe").first  # Airflow shows the plugin's page in a frame
+    view.locator("#view:not([hidden])").wait_for()
+
+    checkpoint = read_json(config.work_dir / "checkpoint.json")
+    assert checkpoint["cycle_id"] == 2  # the form's max_cycles
+    positions = definitions(view.locator("#positions"))
+    assert positions["applied pair"] == f"{checkpoint['applied_seq']} (commit LSN {checkpoint['applied_commit_lsn']})"
+    assert positions["restart pair"] == str(checkpoint["restart_seq"])
+    assert positions["cycles"].startswith(f"{checkpoint['cycle_id']}, last committed ")
+    waiting = [p for p in sorted(config.intermediate_dir.glob("*.trn")) if int(p.name[:12]) > checkpoint["applied_seq"]]
+    size = sum(p.stat().st_size + p.with_suffix(".dat").stat().st_size for p in waiting)
+    assert waiting, "the workload is meant to leave pairs waiting"
+    assert positions["backlog"] == f"{len(waiting)} pairs, {size / MIB:.2f} MiB"
+    reports = [json.loads(line) for line in (config.work_dir / "cycles.jsonl").read_text().splitlines()]
+    assert positions["changes applied"] == str(sum(r["rows_read"] for r in reports))
+    shown = rows(view.locator("#cycles table"))
+    newest_first = [(str(c["cycle_id"]), str(c["rows_read"])) for c in reversed(reports)]
+    assert [(r["cycle"], r["changes"]) for r in shown] == newest_first
+    assert view.locator("#sparkline svg polyline").count() == 1
+
+    (results,) = (config.work_dir / "validation").glob("*/validation.json")
+    validation = read_json(results)["tables"]
+    tables = rows(view.locator("#validation table"))
+    assert sorted(r["table"] for r in tables) == sorted(validation)
+    for row in tables:
+        table = validation[row["table"]]
+        assert (row["outcome"], row["expectations"], row["failed"]) == ("passed", str(len(table["expectations"])), "0")
+    assert view.locator("#problems").inner_text().startswith("nothing blocks")
+
+    keep = os.environ.get("APPLIER_SCREENSHOT")
+    tab.screenshot(path=keep or str(config.work_dir / "applier-view.png"), full_page=True)
+    assert watched.errors == [] and watched.offline == []
+
+
+def test_a_table_data_docs_page_opens_offline_from_the_view(
+    page: tuple[Any, Watched], triggered: dict[str, Any], airflow: AirflowServer
+) -> None:
+    tab, watched = page
+    tab.goto("/applier/")
+    tab.locator("#validation a").first.wait_for()
+    name = tab.locator("#validation tbody tr").first.locator("td").first.inner_text()
+    with tab.context.expect_page() as opened:
+        tab.locator("#validation a").first.click()
+    docs = opened.value
+    watched.attach(docs)
+    docs.wait_for_load_state("networkidle")
+    assert name in docs.content()
+    # The site's own styles, served by the view from the vendored assets (Bootstrap makes its navbar sticky).
+    assert docs.evaluate("[...document.styleSheets].some(s => (s.href || '').includes('/vendor/bootstrap'))")
+    assert docs.evaluate("getComputedStyle(document.querySelector('nav')).position") == "sticky"
+    assert watched.errors == [] and watched.offline == []
+
+
+def test_the_view_refuses_a_browser_that_has_not_logged_in(browser: Any, airflow: AirflowServer) -> None:
+    tab, _ = open_page(browser, airflow)
+    try:
+        for path in ("/applier/", "/applier/api/status", "/applier/static/view.js"):
+            assert tab.goto(path).status == 401, path
+    finally:
+        tab.context.close()
