@@ -257,6 +257,19 @@ def test_the_applier_view_shows_what_the_run_files_hold(
     assert watched.errors == [] and watched.offline == []
 
 
+def test_the_validate_task_log_shows_progress_a_table_at_a_time_and_no_error(
+    triggered: dict[str, Any], airflow: AirflowServer, workload: tuple[Path, Config]
+) -> None:
+    text = airflow.task_log("applier", triggered["dag_run_id"], "validate", chars=10**7)
+    lines = [json.loads(line) for line in text.splitlines() if line.startswith("{")]
+    assert lines, text[-2000:]
+    assert [e for e in lines if e.get("level") in ("error", "critical")] == []
+    (results,) = (workload[1].work_dir / "validation").glob("*/validation.json")
+    tables = read_json(results)["tables"]
+    progress = [e["event"] for e in lines if str(e.get("event", "")).startswith("validated table ")]
+    assert [p.split()[2:4] for p in progress] == [[f"{i}/{len(tables)}", t] for i, t in enumerate(tables, 1)]
+
+
 def test_a_table_data_docs_page_opens_offline_from_the_view(
     page: tuple[Any, Watched], triggered: dict[str, Any], airflow: AirflowServer
 ) -> None:

@@ -98,12 +98,14 @@ def validate_target(
     gx_results: dict[str, dict[str, Any]] = {}
     session = _LazySpark(config, spark)
     try:
-        for table in names:
-            results[table], gx_result = _validate_table(config, session, runner, checkpoint, table)
+        for number, table in enumerate(names, 1):
+            where = f"{number}/{len(names)}"  # progress, one line a table: a long validation is not silent
+            results[table], gx_result = _validate_table(config, session, runner, checkpoint, table, where)
             if gx_result is not None:
                 gx_results[table] = gx_result
     finally:
         session.stop()
+    log.info("building the Data Docs of %d tables", len(results))
     index, pages = runner.build_docs()
     results = {t: _with_page(r, pages.get(t)) for t, r in results.items()}
     json_path = validation_dir(config) / name / RESULTS_FILE
@@ -113,7 +115,7 @@ def validate_target(
 
 
 def _validate_table(
-    config: Config, spark: _LazySpark, runner: SuiteRunner, checkpoint: Checkpoint, table: str
+    config: Config, spark: _LazySpark, runner: SuiteRunner, checkpoint: Checkpoint, table: str, where: str
 ) -> tuple[TableResult, dict[str, Any] | None]:
     """One table's result, and GX's result as JSON (None when the table is missing)."""
     started = time.perf_counter()
@@ -122,7 +124,8 @@ def _validate_table(
     frame = _read_in_memory(config, table) if in_memory else read_target_table(config, spark(), table)
     if frame is None:
         result = TableResult(table, expected, missing=True)
-        log.info("table %s: not in the target%s", table, "" if result.success else " (FAILED: rows were written)")
+        missing = "" if result.success else " (FAILED: rows were written)"
+        log.info("validated table %s %s: not in the target%s", where, table, missing)
         return result, None
     suite = table_expectations(checkpoint.tables[table], expected or 0)
     if in_memory:
@@ -137,7 +140,8 @@ def _validate_table(
     outcomes = tuple(expectation_result(r) for r in gx_result.get("results", []))
     result = TableResult(table, expected, outcomes)
     log.info(
-        "table %s: %d expectations, %d failed (%.1f s, %s)",
+        "validated table %s %s: %d expectations, %d failed (%.1f s, %s)",
+        where,
         table,
         len(outcomes),
         len(result.failed),
