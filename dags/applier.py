@@ -12,6 +12,12 @@ last one, in apply cycles, then validates the tables it changed and reports.
   expectation fails the task naming the table.
 - **report**: the run's figures in the log and XCom, and an asset event per
   changed table (through the asset alias `applier_target_tables`).
+- **check_lag**: every run, once apply is done whatever became of it (nothing
+  new, a dry run, a failed or skipped apply): the age of the oldest unapplied
+  commit against `alert.max_lag_seconds`. Over it, the task fails with one line
+  naming the configuration, the lag and the threshold, and its notifier posts
+  the alert to the webhook of the connection `applier_alert` (logged only
+  without it). Beside validate and report, so it neither waits for nor hides them.
 
 **Configuration file**: the Airflow Variable `applier_config`, else the
 environment variable `APPLIER_CONFIG`, else `config/demo.yaml`; read when a
@@ -34,6 +40,8 @@ from datetime import UTC, datetime, timedelta
 from airflow.sdk import DAG, Param, TriggerRule
 
 from applier_airflow.builders import schedule_from_env
+from applier_airflow.lag import ApplierLagOperator
+from applier_airflow.notifier import ApplierWebhookNotifier
 from applier_airflow.operators import (
     ApplierPlanOperator,
     ApplierReportOperator,
@@ -91,4 +99,13 @@ with DAG(
     validate = ApplierValidateOperator(task_id="validate")
     # Runs when validation passed or was skipped by the param, never after a failed one.
     report = ApplierReportOperator(task_id="report", trigger_rule=TriggerRule.NONE_FAILED)
+    # Every run, once apply is done, whatever became of it: a stuck or idle pipeline is when lag grows.
+    # A leaf beside report, not after it: a run whose apply or validation failed stays failed
+    # whatever the check finds, and a lag alert costs no asset event.
+    check_lag = ApplierLagOperator(
+        task_id="check_lag",
+        trigger_rule=TriggerRule.ALL_DONE,
+        on_failure_callback=ApplierWebhookNotifier(conn_id="applier_alert"),
+    )
     plan >> apply >> validate >> report
+    apply >> check_lag

@@ -74,6 +74,10 @@ def test_the_config_is_frozen(tmp_path: Path) -> None:
         ("extract.resume_backlog_mb=true", "extract.resume_backlog_mb", "null for half of extract.max_backlog_mb"),
         ("extract.resume_backlog_mb=2048", "extract.resume_backlog_mb", "at most extract.max_backlog_mb (1024)"),
         ("extract.warn_retained_wal_mb=.nan", "extract.warn_retained_wal_mb", "0 means never"),
+        ("alert.max_lag_seconds=0", "alert.max_lag_seconds", "> 0, or null for no lag alert"),
+        ("alert.max_lag_seconds=-5", "alert.max_lag_seconds", "> 0, or null for no lag alert"),
+        ("alert.max_lag_seconds=10m", "alert.max_lag_seconds", "a number of seconds"),
+        ("alert.max_lag_seconds=true", "alert.max_lag_seconds", "a number of seconds"),
         ("apply.buffer_size=10", "apply.buffer_size", "unknown key"),
         ("novalue", "--set", "key=value"),
     ],
@@ -85,6 +89,22 @@ def test_a_bad_value_or_unknown_key_is_refused_naming_key_value_and_what_is_allo
         load_config(_file(tmp_path), [override])
     assert refused.value.key == key
     assert f"'{key}'" in str(refused.value) and says in str(refused.value)
+
+
+def test_the_lag_alert_is_off_unless_a_threshold_is_set(tmp_path: Path) -> None:
+    assert load_config(_file(tmp_path)).alert.max_lag_seconds is None
+    assert load_config(_file(tmp_path, MINIMAL + "alert: {max_lag_seconds: 900}\n")).alert.max_lag_seconds == 900.0
+    assert load_config(_file(tmp_path), ["alert.max_lag_seconds=1.5"]).alert.max_lag_seconds == 1.5
+    assert load_config(_file(tmp_path), ["alert.max_lag_seconds=null"]).alert.max_lag_seconds is None
+
+
+def test_a_bad_lag_threshold_is_one_line_naming_key_value_and_what_is_allowed(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError) as refused:
+        load_config(_file(tmp_path, MINIMAL + "alert:\n  max_lag_seconds: 15 minutes\n"))
+    assert str(refused.value) == (
+        "configuration key 'alert.max_lag_seconds': '15 minutes' is not allowed; "
+        "use a number of seconds > 0, or null for no lag alert"
+    )
 
 
 def test_a_missing_required_key_is_refused(tmp_path: Path) -> None:

@@ -124,9 +124,11 @@ def test_tasks_run_plan_apply_validate_report(dag: Any) -> None:
     from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
     from airflow.sdk import AssetAlias
 
-    assert [t.task_id for t in dag.topological_sort()] == ["plan", "apply", "validate", "report"]
+    order = [t.task_id for t in dag.topological_sort()]
+    assert sorted(order) == ["apply", "check_lag", "plan", "report", "validate"]
+    assert order[:2] == ["plan", "apply"] and order.index("validate") < order.index("report")
     assert dag.get_task("plan").downstream_task_ids == {"apply"}
-    assert dag.get_task("apply").downstream_task_ids == {"validate"}
+    assert dag.get_task("apply").downstream_task_ids == {"validate", "check_lag"}
     assert dag.get_task("validate").downstream_task_ids == {"report"}
     apply = dag.get_task("apply")
     assert isinstance(apply, SparkSubmitOperator)
@@ -137,6 +139,25 @@ def test_tasks_run_plan_apply_validate_report(dag: Any) -> None:
     assert apply.conf["spark.executor.extraJavaOptions"] == "-Duser.timezone=UTC -XX:+UseParallelGC"
     assert dag.get_task("report").trigger_rule == "none_failed"
     assert dag.get_task("report").outlets == [AssetAlias("applier_target_tables")]
+
+
+def test_the_lag_check_runs_every_run_beside_validate_and_report_and_notifies(dag: Any) -> None:
+    from applier_airflow.base import skipped_downstream
+    from applier_airflow.lag import ApplierLagOperator
+    from applier_airflow.notifier import ApplierWebhookNotifier
+
+    check = dag.get_task("check_lag")
+    assert isinstance(check, ApplierLagOperator)
+    assert check.upstream_task_ids == {"apply"} and check.downstream_task_ids == set()
+    # Runs once apply is done, whatever became of it (skipped by plan, failed, skipped for the run lock).
+    assert check.trigger_rule == "all_done"
+    # A skip by plan or apply leaves it to that rule.
+    assert sorted(t.task_id for t in skipped_downstream(dag.get_task("plan"))) == ["apply", "report", "validate"]
+    assert sorted(t.task_id for t in skipped_downstream(dag.get_task("apply"))) == ["report", "validate"]
+    # Both are leaves: a failed apply or validation fails the run whatever the check finds.
+    assert {t.task_id for t in dag.leaves} == {"report", "check_lag"}
+    (notifier,) = check.on_failure_callback
+    assert isinstance(notifier, ApplierWebhookNotifier) and notifier.conn_id == "applier_alert"
 
 
 def _serialized_params(dag: Any) -> Any:

@@ -115,10 +115,10 @@ def test_status_json_tells_what_the_run_files_hold(applied: Applied) -> None:
     applied_commit = next(
         e for _, e in events if e["record"] == "commit" and e["lsn"] == checkpoint["applied_commit_lsn"]
     )
-    oldest = next(e for seq, e in events if e["record"] == "commit" and seq > applied_seq)
+    oldest_seq, oldest = next((seq, e) for seq, e in events if e["record"] == "commit" and seq > applied_seq)
     lag = doc["lag"]
     assert lag["last_applied_commit_ts"] == applied_commit["ts"]
-    assert lag["oldest_unapplied_commit_ts"] == oldest["ts"]
+    assert (lag["oldest_unapplied_seq"], lag["oldest_unapplied_commit_ts"]) == (oldest_seq, oldest["ts"])
     assert (
         seconds_since(applied_commit["ts"], before) - 1 <= lag["seconds"] <= seconds_since(applied_commit["ts"], after)
     )

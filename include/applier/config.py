@@ -21,6 +21,7 @@ from typing import Any
 import yaml
 
 from applier import config_values as cv
+from applier.config_alert import ALERT_KEYS, AlertConfig, alert_config
 from applier.errors import ERROR_CLASSES, ConfigError
 from applier.intermediate.pairs import MIB
 from applier.targets import dialects
@@ -233,6 +234,7 @@ class Config:
     extract: ExtractConfig = ExtractConfig()
     materialize: MaterializeConfig = MaterializeConfig()
     validate: ValidateConfig = ValidateConfig()
+    alert: AlertConfig = field(default_factory=AlertConfig)
 
     @property
     def work_dir(self) -> Path:
@@ -310,6 +312,7 @@ _KEYS: dict[str, tuple[Callable[[str, Any], Any], Any]] = {
     "extract.max_backlog_mb": (cv.megabytes("unapplied backlog that holds extraction back; 0 means no limit"), 1024.0),
     "extract.resume_backlog_mb": (cv.megabytes_or_null("half of extract.max_backlog_mb"), None),
     "extract.warn_retained_wal_mb": (cv.megabytes("WAL the slot retains before a warning; 0 means never"), 4096.0),
+    **ALERT_KEYS,
 }
 _PATH_KEYS = ("intermediate_dir", "output_dir", "target.path")
 # None is their default, not "required".
@@ -317,6 +320,7 @@ _OPTIONAL_KEYS = (
     "apply.intermediate_retention_hours",
     "apply.queue_memory_mb",
     "extract.resume_backlog_mb",
+    *ALERT_KEYS,
     # required by applier extract only, which says so
     "source.url",
     "source.slot",
@@ -483,6 +487,7 @@ def load_config(path: Path | str | None, overrides: Sequence[str] = ()) -> Confi
         materialize=MaterializeConfig(
             chunk_rows=values["materialize.chunk_rows"], lock_timeout_s=values["materialize.lock_timeout_s"]
         ),
+        alert=alert_config(values),
     )
 
 

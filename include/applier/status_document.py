@@ -53,7 +53,7 @@ def status_document(config: Config, *, now: dt.datetime | None = None, source: b
     running = run_in_progress(config.work_dir)
     last_error = (last_run or {}).get("last_error") or ledger_last_error(config.work_dir)
     applied_ts = applied_commit_time(config.intermediate_dir, cp.applied_seq, cp.applied_commit_lsn)
-    oldest_ts = oldest_unapplied_commit(listing.pairs)
+    oldest_seq, oldest_ts = oldest_unapplied_commit(listing.pairs) or (None, None)
     intent = CheckpointStore(config.work_dir).load_intent()
     return {
         "configuration": config.configuration_name,
@@ -69,6 +69,7 @@ def status_document(config: Config, *, now: dt.datetime | None = None, source: b
             "seconds": _seconds_since(applied_ts, now),
             "last_applied_commit_ts": applied_ts,
             "oldest_unapplied_commit_ts": oldest_ts,
+            "oldest_unapplied_seq": oldest_seq,
             "oldest_unapplied_seconds": _seconds_since(oldest_ts, now),
         },
         "backlog": {

@@ -19,7 +19,7 @@ def _mib(n: int | float | None) -> str:
     return f"{(n or 0) / MIB:.2f} MiB"
 
 
-def _seconds(s: float | None) -> str:
+def human_seconds(s: float | None) -> str:
     """Seconds for people: ``0.42 s``, ``17.8 s``, ``3m 12s``, ``5h 3m``, ``2d 4h``."""
     if s is None:
         return "unknown"
@@ -76,12 +76,13 @@ def _lag_line(lag: dict[str, Any]) -> str:
         applied = "lag: unknown (no applied commit found in the pairs)"
     else:
         applied = (
-            f"lag: {_seconds(lag['seconds'])} behind the source (last applied commit {lag['last_applied_commit_ts']})"
+            f"lag: {human_seconds(lag['seconds'])} behind the source "
+            f"(last applied commit {lag['last_applied_commit_ts']})"
         )
     if lag["oldest_unapplied_commit_ts"] is None:
         return f"{applied}; no unapplied commit"
     return (
-        f"{applied}; oldest unapplied commit {_seconds(lag['oldest_unapplied_seconds'])} old "
+        f"{applied}; oldest unapplied commit {human_seconds(lag['oldest_unapplied_seconds'])} old "
         f"({lag['oldest_unapplied_commit_ts']})"
     )
 
@@ -137,10 +138,10 @@ def _last_cycle_lines(doc: dict[str, Any]) -> list[str]:
     if c is None:
         return lines
     rate = f" ({c['changes_per_second']:.0f} changes/s)" if c["changes_per_second"] is not None else ""
-    phases = ", ".join(f"{name} {_seconds(s)}" for name, s in c["seconds"].items())
+    phases = ", ".join(f"{name} {human_seconds(s)}" for name, s in c["seconds"].items())
     lines.append(
         f"last cycle: {c['cycle_id']} pairs {_pairs(c['seqs'])} ({_mib(c['bytes'])}): {c['rows_read']} changes "
-        f"in {_seconds(c['total_seconds'])}{rate}; {phases}"
+        f"in {human_seconds(c['total_seconds'])}{rate}; {phases}"
     )
     q = doc["queue"]
     if q["peak_bytes"] is not None:

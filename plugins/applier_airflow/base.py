@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from contextlib import contextmanager
+from typing import Any
 
-from airflow.sdk import Context
+from airflow.sdk import Context, TriggerRule
 from airflow.sdk.exceptions import AirflowFailException
 
 from applier.errors import ApplierError
@@ -26,6 +27,18 @@ def failing_on_bad_input() -> Iterator[None]:
         yield
     except (ApplierError, ValueError) as e:
         raise AirflowFailException(str(e)) from e
+
+
+def skipped_downstream(task: Any) -> list[Any]:
+    """The tasks a skip by ``task`` (nothing new, a dry run, a held run lock) skips: all downstream but two kinds.
+
+    Teardowns, and tasks declared to run whatever became of their upstream
+    (trigger rule ``all_done``: the lag check), are left to their trigger
+    rule: a skip set on them directly would override it, and a stuck or idle
+    pipeline is exactly when the lag must still be checked.
+    """
+    relatives = task.get_flat_relatives(upstream=False)
+    return [t for t in relatives if not t.is_teardown and t.trigger_rule != TriggerRule.ALL_DONE]
 
 
 class ApplierTaskMixin:

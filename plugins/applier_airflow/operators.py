@@ -28,7 +28,7 @@ from airflow.sdk.exceptions import (
 
 from applier.engine.session import JVM_OPTIONS
 from applier.errors import ApplierError
-from applier_airflow.base import ApplierTaskMixin, context_run_key, failing_on_bad_input
+from applier_airflow.base import ApplierTaskMixin, context_run_key, failing_on_bad_input, skipped_downstream
 from applier_airflow.builders import (
     application_args,
     asset_uris,
@@ -110,7 +110,7 @@ class ApplierPlanOperator(ApplierTaskMixin, BaseOperator, SkipMixin):
         self.log.info("%s: skipping the rest of the run", reason)
         # Skipping ends the task by raising, so the plan is pushed first.
         context["ti"].xcom_push(key="return_value", value=plan)
-        self.skip(ti=context["ti"], tasks=[t for t in self.get_flat_relatives(upstream=False) if not t.is_teardown])
+        self.skip(ti=context["ti"], tasks=skipped_downstream(self))
 
 
 class ApplierSubmitOperator(ApplierTaskMixin, SparkSubmitOperator, SkipMixin):
@@ -179,10 +179,10 @@ class ApplierSubmitOperator(ApplierTaskMixin, SparkSubmitOperator, SkipMixin):
         except AirflowException as e:
             outcome, reason = submit_outcome(str(e))
             if outcome == "skip":
-                # Another run holds the lock: nothing of this run to validate or report, and nothing to page about.
+                # Another run holds the lock: nothing of this run to validate or report, and nothing to page
+                # about; the lag check (all_done) still measures whether the lock's holder keeps up.
                 self.log.warning("%s", reason)
-                downstream = [t for t in self.get_flat_relatives(upstream=False) if not t.is_teardown]
-                self.skip(ti=context["ti"], tasks=downstream)
+                self.skip(ti=context["ti"], tasks=skipped_downstream(self))
                 raise AirflowSkipException(reason) from e
             if outcome == "fail":
                 raise AirflowFailException(reason) from e

@@ -60,14 +60,14 @@ def applied_commit_time(directory: Path, applied_seq: int, applied_commit_lsn: i
     return None
 
 
-def oldest_unapplied_commit(backlog: Iterable[PairRef]) -> str | None:
-    """The source time of the first commit event in the backlog's pairs (None: no unapplied commit)."""
+def oldest_unapplied_commit(backlog: Iterable[PairRef]) -> tuple[int, str] | None:
+    """The pair (``seq``) and source time of the backlog's first commit event (None: no unapplied commit)."""
     for number, ref in enumerate(backlog):
         if number >= COMMIT_SEARCH_PAIRS:
             return None
         commits = _commits(ref.trn_path)
         if commits:
-            return commits[0][1]
+            return ref.seq, commits[0][1]
     return None
 
 
