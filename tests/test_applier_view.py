@@ -1,11 +1,11 @@
 """The Applier view plugin, in Airflow's own API app: refused without Airflow's JWT, and its JSON told by a run's files.
 
 A generated workload is applied for two cycles by the engine and validated;
-the app is Airflow's (``airflow.api_fastapi.app.create_app``), with the
-project's plugins folder, so the mount path and the authentication are the
-real ones. Tokens are minted by the simple auth manager, as ``POST /auth/token``
-does. Every expected figure is read from the files (``checkpoint.json``,
-``cycles.jsonl``, ``validation.json``), not from the view's code.
+the app is Airflow's (``airflow.api_fastapi.app.create_app``, see
+``view_support``), with the project's plugins folder, so the mount path and the
+authentication are the real ones. Every expected figure is read from the
+files (``checkpoint.json``, ``cycles.jsonl``, ``validation.json``), not from
+the view's code. The exceptions store and resubmission: ``test_applier_view_exceptions``.
 """
 
 from __future__ import annotations
@@ -13,7 +13,6 @@ from __future__ import annotations
 import json
 import re
 import shutil
-import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -24,11 +23,10 @@ from airflow_support import airflow_home  # noqa: F401  (airflow_home: session f
 from applier.config import Config, load_config
 from applier.generate import generate_workload
 from engine_support import run
+from view_support import api_client, draw, token, with_cookie
 
 pytestmark = [pytest.mark.airflow, pytest.mark.spark]
 
-HERE = Path(__file__).resolve().parent
-VIEW_JS = HERE.parent / "plugins" / "applier_airflow" / "view_static" / "view.js"
 ENDPOINTS = ["/applier/", "/applier/static/view.js", "/applier/static/view.css", "/applier/api/status",
              "/applier/docs/index.html"]  # fmt: skip
 
@@ -53,29 +51,7 @@ def applied(tmp_path_factory: pytest.TempPathFactory, spark: Any) -> tuple[Path,
 
 @pytest.fixture(scope="module")
 def client(airflow_home: Path) -> Iterator[Any]:  # noqa: F811  (the imported fixture)
-    """Airflow's API app (core: plugins, auth manager, UI) in process."""
-    from airflow.api_fastapi.app import create_app
-    from fastapi.testclient import TestClient
-
-    with TestClient(create_app(apps="core")) as c:
-        yield c
-
-
-def token(role: str | None) -> str:
-    """A JWT for a simple-auth-manager user, as ``POST /auth/token`` issues it."""
-    from airflow.api_fastapi.app import get_auth_manager
-    from airflow.api_fastapi.auth.managers.simple.user import SimpleAuthManagerUser
-
-    return get_auth_manager().generate_jwt(SimpleAuthManagerUser(username=f"view-{role}", role=role))
-
-
-def with_cookie(client: Any, path: str, value: str) -> Any:
-    """GET ``path`` with the ``_token`` cookie the Airflow UI sets after login."""
-    client.cookies.set("_token", value)
-    try:
-        return client.get(path)
-    finally:
-        client.cookies.clear()
+    yield from api_client()
 
 
 @pytest.fixture
@@ -89,7 +65,7 @@ def viewer(client: Any, applied: tuple[Path, Config], monkeypatch: pytest.Monkey
 def test_every_endpoint_refuses_a_request_without_airflow_token(client: Any, path: str) -> None:
     assert client.get(path).status_code == 401
     assert client.get(path, headers={"Authorization": "Bearer not-a-jwt"}).status_code == 403
-    assert with_cookie(client, path, "not-a-jwt").status_code == 403
+    assert with_cookie(client, "GET", path, "not-a-jwt").status_code == 403
 
 
 @pytest.mark.parametrize("path", ENDPOINTS)
@@ -118,7 +94,7 @@ def test_the_page_and_its_assets_are_served_with_relative_paths(client: Any, vie
 
 def test_the_ui_cookie_is_accepted_as_the_bearer_header_is(client: Any, viewer: dict[str, str]) -> None:
     bearer = viewer["Authorization"].removeprefix("Bearer ")
-    assert with_cookie(client, "/applier/api/status?cycles=1", bearer).status_code == 200
+    assert with_cookie(client, "GET", "/applier/api/status?cycles=1", bearer).status_code == 200
 
 
 def test_status_tells_what_the_run_files_hold(
@@ -159,6 +135,10 @@ def test_status_tells_what_the_run_files_hold(
         assert shown["results_name"] == results.parent.name
         assert "gx_result" not in shown
 
+    # No error action set anything aside: the exceptions store is empty (it does not exist yet).
+    assert doc["exceptions"] == {"error": None, "open": 0, "resubmitted": 0, "total": 0, "records": []}
+    assert status["set_aside"] == {}
+
 
 def test_each_table_links_its_data_docs_page_which_the_view_serves_and_nothing_beside(
     client: Any, viewer: dict[str, str], applied: tuple[Path, Config]
@@ -180,8 +160,9 @@ def test_each_table_links_its_data_docs_page_which_the_view_serves_and_nothing_b
         assert response.status_code == 404 and checkpoint not in response.text, outside
 
 
-def test_status_refuses_an_out_of_range_cycle_count(client: Any, viewer: dict[str, str]) -> None:
+def test_status_refuses_an_out_of_range_count_of_cycles_or_exceptions(client: Any, viewer: dict[str, str]) -> None:
     assert client.get("/applier/api/status?cycles=0", headers=viewer).status_code == 422
+    assert client.get("/applier/api/status?exceptions=501", headers=viewer).status_code == 422
 
 
 def test_a_configuration_that_does_not_load_is_one_line_of_json(
@@ -212,18 +193,11 @@ def test_the_script_draws_the_status_without_an_error(
     client: Any, viewer: dict[str, str], applied: tuple[Path, Config], tmp_path: Path
 ) -> None:
     # Not a browser: the page's script under Node with a minimal DOM, fed what api/status answers.
-    document = tmp_path / "status.json"
-    document.write_text(client.get("/applier/api/status", headers=viewer).text)
-    done = subprocess.run(
-        ["node", str(HERE / "view_smoke.js"), str(VIEW_JS), str(document)],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=True,
-    )
-    drawn = json.loads(done.stdout)
+    drawn = draw(tmp_path, client.get("/applier/api/status", headers=viewer).text)
     assert drawn["error"] is None and drawn["shown"] is True, drawn
     checkpoint = json.loads((applied[1].work_dir / "checkpoint.json").read_text())
     cp = f"applied pair {checkpoint['applied_seq']} (commit LSN {checkpoint['applied_commit_lsn']})"
     assert cp in drawn["text"]
     assert "viewed" in drawn["text"] and "passed" in drawn["text"] and "nothing blocks" in drawn["text"]
+    assert "exceptions-summary: 0 open , 0 resubmitted · set aside in the last 2 cycles: none" in drawn["text"]
+    assert "exceptions: none" in drawn["text"] and drawn["buttons"] == []

@@ -55,6 +55,9 @@ class CrashingTarget:
     def read_arrow(self, table: str) -> Any:
         return self.real.read_arrow(table)
 
+    def close(self) -> None:
+        self.real.close()
+
     def table_misfit(self, table: Any, known: Any) -> str | None:
         return self.real.table_misfit(table, known)
 

@@ -79,6 +79,18 @@ class UsageError(ApplierError):
     exit_code = 2
 
 
+class ExceptionNotFoundError(UsageError):
+    """The exceptions store holds no exception of that id (never, or deleted): nothing to resubmit.
+
+    A class of its own so that the Applier view can answer 404 where the
+    command line exits with 2, as for any usage error.
+    """
+
+
+class ExceptionResubmittedError(UsageError):
+    """The exception was resubmitted already: its transaction is applied once, never twice (the view answers 409)."""
+
+
 class IntermediateFileError(ApplierError):
     """An intermediate file (a ``.dat``/``.trn`` pair) is refused.
 

@@ -30,7 +30,7 @@ from applier.engine.compile_local import compile_locally
 from applier.engine.compiled import CompiledCycle
 from applier.engine.queue import MemoryQueue
 from applier.engine.runlock import RunLock
-from applier.errors import TargetError, UsageError
+from applier.errors import ExceptionNotFoundError, ExceptionResubmittedError, TargetError
 from applier.targets import Target
 
 
@@ -38,7 +38,8 @@ def resubmit(config: Config, target: Target, ident: int) -> str:
     """Apply exception ``ident`` once; what happened, in words.
 
     Raises:
-        UsageError: no such exception, or it was resubmitted already.
+        ExceptionNotFoundError: no such exception (a usage error, exit code 2).
+        ExceptionResubmittedError: it was resubmitted already (a usage error, exit code 2).
         TargetError: the target refused it again (nothing changed).
         RunLockedError: a target committing table by table, and a run or
             resubmission of the configuration holds its run lock.
@@ -53,10 +54,10 @@ def resubmit(config: Config, target: Target, ident: int) -> str:
 def _resubmit(config: Config, target: Target, ident: int) -> str:
     found = target.exceptions(ident)
     if not found:
-        raise UsageError(f"no exception {ident} in configuration {config.configuration_name}")
+        raise ExceptionNotFoundError(f"no exception {ident} in configuration {config.configuration_name}")
     record = found[0]
     if record["resubmitted_at"] is not None:
-        raise UsageError(f"exception {ident} was resubmitted at {record['resubmitted_at'].isoformat()}")
+        raise ExceptionResubmittedError(f"exception {ident} was resubmitted at {record['resubmitted_at'].isoformat()}")
     definitions = CheckpointStore(config.work_dir).load().tables
     changes = record["changes_list"]
     missing = sorted({c["table_name"] for c in changes} - set(definitions))

@@ -313,6 +313,15 @@ class Target(Protocol):
         """
         ...
 
+    def close(self) -> None:
+        """Release what the target holds open (connections); a later call opens them again.
+
+        A long-lived process that opens a target per request (the Applier
+        view in Airflow's API server) closes it after each; a target that
+        holds nothing open does nothing.
+        """
+        ...
+
 
 def open_target(config: Config) -> Target:
     """Build the configured target, by the dialect of its type (:mod:`applier.targets.dialects`).

@@ -162,6 +162,9 @@ class DeltaTarget:
             tags = commit_tags(self.app_id, cycle_id, None if part.final else part.end)
             append(path, self.app_id, passed, CommitProperties(custom_metadata=tags))
 
+    def close(self) -> None:
+        """Nothing to release: every read and write opens its Delta table afresh."""
+
     def exceptions(self, ident: int | None = None) -> list[dict[str, Any]]:
         """The transactions error actions set aside, oldest first (``ident``: that one, with ``changes_list``)."""
         with _target_errors(self._exceptions.name, "reading the exceptions"):

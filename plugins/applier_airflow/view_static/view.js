@@ -143,11 +143,65 @@ function draw(doc) {
           ...phases.map((p) => c.seconds[p]), c.total_seconds, c.driver_peak_rss_mib, mib(c.queue_peak_bytes)]))
     : el("p", "no cycle yet", "none"));
 
+  drawExceptions(doc.exceptions, s.set_aside, s.recent_cycles);
+
   const validation = Object.entries(doc.validation);
   document.getElementById("validation").replaceChildren(validation.length
     ? table(["table", "outcome", "expectations", "failed", "cycle", "validated at", "Data Docs page"], validation.map(([name, v]) =>
         [name, el("span", v.success ? "passed" : "FAILED", v.success ? "good" : "bad"), v.expectations, v.failed, v.cycle_id, v.validated_at, docsLink(v)]))
     : el("p", "no validation yet", "none"));
+}
+
+// The exceptions store: counts (beside what the last cycles' reports say, as applier status does) and the newest records.
+function drawExceptions(x, setAside, recentCycles) {
+  const summary = document.getElementById("exceptions-summary");
+  const recent = Object.entries(setAside || {});
+  const reported = "set aside in the last " + recentCycles + " cycles: " +
+    (recent.length ? recent.map(([action, n]) => n + " " + action).join(", ") : "none");
+  if (x.error) {
+    summary.replaceChildren(el("span", "exceptions store unreadable: " + x.error, "bad"), el("span", " · " + reported));
+    document.getElementById("exceptions").replaceChildren();
+    return;
+  }
+  summary.replaceChildren(el("span", x.open + " open", x.open ? "bad" : "good"),
+    el("span", ", " + x.resubmitted + " resubmitted · " + reported +
+      (x.total > x.records.length ? " · the newest " + x.records.length + " of " + x.total + " listed" : "")));
+  document.getElementById("exceptions").replaceChildren(x.records.length
+    ? table(["id", "logged at", "cycle", "transaction", "commit LSN", "pair", "table", "error", "action", "changes", "message", "resubmitted"],
+        x.records.map((r) => [r.id, r.logged_at, r.cycle_id, r.xid, r.commit_lsn, r.pair_seq, r.table_name,
+          r.error_class + (r.sqlstate ? " " + r.sqlstate : ""), r.action, r.changes, el("span", r.message, "message"),
+          r.resubmitted_at || resubmitButton(r)]))
+    : el("p", "none", "none"));
+}
+
+function resubmitButton(r) {
+  const button = el("button", "Resubmit", "resubmit");
+  button.type = "button";
+  button.setAttribute("data-exception-id", r.id);
+  button.title = "apply transaction " + r.xid + " to the target now, as applier exceptions resubmit " + r.id + " does";
+  button.addEventListener("click", () => resubmit(r, button));
+  return button;
+}
+
+// POSTs the resubmission (relative URL; the UI's cookie authorises it, the browser adds Origin), then redraws.
+async function resubmit(r, button) {
+  const question = "Resubmit exception " + r.id + ": apply transaction " + r.xid + " (" + r.changes +
+    " changes, table " + r.table_name + ") to the target now?";
+  if (!confirm(question)) return;
+  const result = document.getElementById("resubmit-result");
+  button.disabled = true;
+  try {
+    const response = await fetch(`api/exceptions/${encodeURIComponent(r.id)}/resubmit`,
+      { method: "POST", credentials: "same-origin", headers: { Accept: "application/json" } });
+    const body = await response.json().catch(() => ({}));
+    if (!response.ok) throw new Error(body.error || body.detail || response.status + " " + response.statusText);
+    result.replaceChildren(el("span", body.message, "good"));
+  } catch (e) {
+    result.replaceChildren(el("span", "exception " + r.id + " not resubmitted: " + e.message, "bad"));
+    button.disabled = false;
+  }
+  result.hidden = false;
+  await load();
 }
 
 async function load() {
