@@ -28,34 +28,11 @@ from applier.config import Config, load_config
 from applier.engine.runlock import RunLock
 from applier.targets import open_target
 from engine_support import run
-from handmade import event, row, write_pair
-from view_support import api_client, bearer, draw, with_cookie
+from view_support import SECOND, api_client, bearer, draw, with_cookie, write_items
 
 pytestmark = [pytest.mark.airflow, pytest.mark.spark]
 
-ITEMS = {
-    "columns": [
-        {"name": "id", "type": "bigint", "nullable": False},
-        {"name": "qty", "type": "int", "nullable": True},
-    ],
-    "primary_key": ["id"],
-}
-# Pair 2: x2 and x4 each hold an item with a negative quantity, which the constraint refuses.
-SECOND = {"x1": [(2, 2)], "x2": [(3, -1), (4, 4)], "x3": [(5, 5)], "x4": [(6, -2)]}
 RESUBMIT = "/applier/api/exceptions/{}/resubmit"
-
-
-def write_items(directory: Path, seq: int, transactions: dict[str, list[tuple[int, int]]]) -> None:
-    """Pair ``seq``: each transaction inserts its items ``(id, qty)`` into ``shop.items``."""
-    lsn, rows, events = seq * 1000, [], []
-    for xid, items in transactions.items():
-        events.append(event("begin", xid, lsn))
-        for ident, qty in items:
-            lsn += 1
-            rows.append(row(lsn, xid, "I", after={"id": ident, "qty": qty}, table="shop.items"))
-        events.append(event("commit", xid, lsn + 1))
-        lsn += 2
-    write_pair(directory, seq, rows, events, tables={"shop.items": ITEMS})
 
 
 def settings(folder: Path, name: str, target: str) -> Path:

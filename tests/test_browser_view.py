@@ -24,10 +24,14 @@ from typing import Any
 from urllib.parse import urlsplit
 
 import pytest
+from deltalake import DeltaTable
 
 from airflow_server import AirflowServer, running_airflow
 from applier.config import Config, load_config
 from applier.generate import generate_workload
+from applier.targets import open_target
+from engine_support import run
+from view_support import SECOND, write_items
 
 pytestmark = [pytest.mark.airflow, pytest.mark.spark, pytest.mark.slow]
 
@@ -222,7 +226,7 @@ def test_the_applier_view_shows_what_the_run_files_hold(
 ) -> None:
     tab, watched = page
     config = workload[1]
-    tab.get_by_role("link", name="Applier").click()
+    tab.get_by_test_id("nav-sidebar").get_by_role("link", name="Applier").click()
     view = tab.frame_locator("iframe").first  # Airflow shows the plugin's page in a frame
     view.locator("#view:not([hidden])").wait_for()
 
@@ -237,7 +241,7 @@ def test_the_applier_view_shows_what_the_run_files_hold(
     assert waiting, "the workload is meant to leave pairs waiting"
     assert positions["backlog"] == f"{len(waiting)} pairs, {size / MIB:.2f} MiB"
     reports = [json.loads(line) for line in (config.work_dir / "cycles.jsonl").read_text().splitlines()]
-    assert positions["changes applied"] == str(sum(r["rows_read"] for r in reports))
+    assert positions["changes read"].startswith(f"{sum(r['rows_read'] for r in reports)} (by the cycles")
     shown = rows(view.locator("#cycles table"))
     newest_first = [(str(c["cycle_id"]), str(c["rows_read"])) for c in reversed(reports)]
     assert [(r["cycle"], r["changes"]) for r in shown] == newest_first
@@ -253,7 +257,8 @@ def test_the_applier_view_shows_what_the_run_files_hold(
     assert view.locator("#problems").inner_text().startswith("nothing blocks")
 
     keep = os.environ.get("APPLIER_SCREENSHOT")
-    tab.screenshot(path=keep or str(config.work_dir / "applier-view.png"), full_page=True)
+    tab.set_viewport_size({"width": 1400, "height": 1700})  # the frame scrolls on its own: show it whole
+    tab.screenshot(path=keep or str(config.work_dir / "applier-view.png"))
     assert watched.errors == [] and watched.offline == []
 
 
@@ -267,7 +272,8 @@ def test_the_validate_task_log_shows_progress_a_table_at_a_time_and_no_error(
     (results,) = (workload[1].work_dir / "validation").glob("*/validation.json")
     tables = read_json(results)["tables"]
     progress = [e["event"] for e in lines if str(e.get("event", "")).startswith("validated table ")]
-    assert [p.split()[2:4] for p in progress] == [[f"{i}/{len(tables)}", t] for i, t in enumerate(tables, 1)]
+    expected = [f"validated table {i}/{len(tables)} {t}" for i, t in enumerate(tables, 1)]
+    assert [p.split(":")[0] for p in progress] == expected
 
 
 def test_a_table_data_docs_page_opens_offline_from_the_view(
@@ -296,3 +302,60 @@ def test_the_view_refuses_a_browser_that_has_not_logged_in(browser: Any, airflow
             assert tab.goto(path).status == 401, path
     finally:
         tab.context.close()
+
+
+@pytest.fixture
+def excepted(tmp_path: Path, spark: Any, airflow: AirflowServer) -> Iterator[Config]:
+    """The DAG's configuration (Variable ``applier_config``) for the test: a run that set x2 and x4 aside.
+
+    A CHECK constraint added after pair 1 refuses them (``errors.actions.check: log``); it is dropped
+    again, so that a resubmission applies. The Variable is removed at the end.
+    """
+    path = tmp_path / "excepted.yaml"
+    path.write_text(
+        f"configuration_name: excepted\nintermediate_dir: {tmp_path / 'pairs'}\noutput_dir: {tmp_path / 'out'}\n"
+        f"target: {{path: {tmp_path / 'target'}}}\nerrors: {{actions: {{check: log}}}}\n"
+    )
+    config = load_config(path)
+    write_items(config.intermediate_dir, 1, {"x0": [(1, 1)]})
+    run(config, spark)
+    items = DeltaTable(str(config.target.path / "shop" / "items"))
+    items.alter.add_constraint({"qty_not_negative": "qty >= 0"})
+    write_items(config.intermediate_dir, 2, SECOND)
+    run(config, spark)
+    DeltaTable(str(config.target.path / "shop" / "items")).alter.drop_constraint("qty_not_negative")
+    airflow.set_variable("applier_config", str(path))
+    try:
+        yield config
+    finally:
+        airflow.delete_variable("applier_config")
+
+
+def test_an_exception_is_resubmitted_from_the_page_with_the_login_cookie_alone(
+    page: tuple[Any, Watched], excepted: Config
+) -> None:
+    # The page posts with the browser's cookie and its Sec-Fetch-Site header, as a user's click does.
+    tab, watched = page
+    target = open_target(excepted)
+    try:
+        records = target.exceptions()
+    finally:
+        target.close()
+    assert [r["xid"] for r in records] == ["x2", "x4"]
+    tab.goto("/applier/")
+    shown = rows(tab.locator("#exceptions table"))
+    assert [(r["id"], r["transaction"], r["resubmitted"]) for r in shown] == [
+        (str(r["id"]), r["xid"], "Resubmit") for r in reversed(records)
+    ]
+    questions: list[str] = []
+    tab.on("dialog", lambda d: (questions.append(d.message), d.accept()))
+    x2 = records[0]["id"]
+    tab.locator(f"button.resubmit[data-exception-id='{x2}']").click()
+    tab.locator("#resubmit-result:not([hidden])").wait_for()
+    tab.locator(f"button.resubmit[data-exception-id='{x2}']").wait_for(state="detached")
+    assert len(questions) == 1 and "x2" in questions[0]
+    assert f"exception {x2}" in tab.locator("#resubmit-result").inner_text()
+    rows_now = DeltaTable(str(excepted.target.path / "shop" / "items")).to_pyarrow_table().to_pylist()
+    assert {r["id"]: r["qty"] for r in rows_now} == {1: 1, 2: 2, 5: 5, 3: -1, 4: 4}  # x2 applied, x4 still aside
+    assert tab.locator("button.resubmit").count() == 1
+    assert watched.errors == [] and watched.offline == []

@@ -14,6 +14,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from handmade import event, row, write_pair
+
 HERE = Path(__file__).resolve().parent
 VIEW_JS = HERE.parent / "plugins" / "applier_airflow" / "view_static" / "view.js"
 
@@ -67,3 +69,27 @@ def draw(folder: Path, status: str, click: tuple[int, str, int, str] | None = No
     done = subprocess.run(["node", *args], capture_output=True, text=True, timeout=60, check=True)
     report: dict[str, Any] = json.loads(done.stdout)
     return report
+
+
+ITEMS = {
+    "columns": [
+        {"name": "id", "type": "bigint", "nullable": False},
+        {"name": "qty", "type": "int", "nullable": True},
+    ],
+    "primary_key": ["id"],
+}
+# Pair 2: x2 and x4 each hold an item with a negative quantity, which the constraint refuses.
+SECOND = {"x1": [(2, 2)], "x2": [(3, -1), (4, 4)], "x3": [(5, 5)], "x4": [(6, -2)]}
+
+
+def write_items(directory: Path, seq: int, transactions: dict[str, list[tuple[int, int]]]) -> None:
+    """Pair ``seq``: each transaction inserts its items ``(id, qty)`` into ``shop.items``."""
+    lsn, rows, events = seq * 1000, [], []
+    for xid, items in transactions.items():
+        events.append(event("begin", xid, lsn))
+        for ident, qty in items:
+            lsn += 1
+            rows.append(row(lsn, xid, "I", after={"id": ident, "qty": qty}, table="shop.items"))
+        events.append(event("commit", xid, lsn + 1))
+        lsn += 2
+    write_pair(directory, seq, rows, events, tables={"shop.items": ITEMS})

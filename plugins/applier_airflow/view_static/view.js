@@ -90,13 +90,13 @@ function draw(doc) {
   document.getElementById("meta").textContent = "configuration file " + doc.config_file + " · read at " + s.generated_at;
   const cp = s.checkpoint, lag = s.lag, backlog = s.backlog;
   definitions(document.getElementById("positions"), [
-    ["applied pair", cp.applied_seq + " (commit LSN " + cp.applied_commit_lsn + ")"],
+    ["applied pair", cp.applied_seq ? cp.applied_seq + " (commit LSN " + cp.applied_commit_lsn + ")" : "none yet"],
     ["restart pair", cp.restart_seq],
     ["cycles", cp.cycle_id + ", last committed " + (cp.committed_at || "never")],
     ["lag", duration(lag.seconds) + " (last applied commit " + (lag.last_applied_commit_ts || "none") + ")"],
     ["oldest unapplied", lag.oldest_unapplied_commit_ts ? duration(lag.oldest_unapplied_seconds) + " old" : "none"],
     ["backlog", backlog.pairs + " pairs, " + mib(backlog.bytes)],
-    ["changes applied", s.totals.changes],
+    ["changes read", s.totals.changes + " (by the cycles, open transactions' included)"],
   ]);
 
   const problems = document.getElementById("problems");
@@ -128,7 +128,8 @@ function draw(doc) {
     ["queue budget", mib(q.budget_bytes)],
     ["last cycle's peak", mib(q.peak_bytes)],
     ["held at its end", Object.entries(q.memory_bytes).map(([k, v]) => k + " " + mib(v)).join(", ") || "–"],
-    ["spooled during it", Object.entries(q.spooled_bytes).map(([k, v]) => k + " " + mib(v)).join(", ") + " (" + q.spooled_buffers + " buffers)"],
+    ["spooled during it", (Object.entries(q.spooled_bytes).map(([k, v]) => k + " " + mib(v)).join(", ") || "nothing") +
+      " (" + q.spooled_buffers + " buffers)"],
     ["open transactions", mib(q.open_transaction_bytes)],
   ]);
   document.getElementById("spills").replaceChildren(s.spill_files.length
