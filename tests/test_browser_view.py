@@ -245,7 +245,11 @@ def test_the_applier_view_shows_what_the_run_files_hold(
     shown = rows(view.locator("#cycles table"))
     newest_first = [(str(c["cycle_id"]), str(c["rows_read"])) for c in reversed(reports)]
     assert [(r["cycle"], r["changes"]) for r in shown] == newest_first
-    assert view.locator("#sparkline svg polyline").count() == 1
+    # The charts: changes/s and driver memory a point a cycle, seconds per phase a bar a phase a cycle.
+    phases = {p for c in reports for p in c["seconds"]}
+    assert view.locator("#charts svg").count() == 3
+    assert view.locator("#charts circle").count() == 2 * len(reports)
+    assert view.locator("#charts rect.phase").count() == len(reports) * len(phases)
 
     (results,) = (config.work_dir / "validation").glob("*/validation.json")
     validation = read_json(results)["tables"]

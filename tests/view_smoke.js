@@ -11,7 +11,7 @@ const vm = require("vm");
 
 class Node {
   constructor(tag) {
-    this.tag = tag; this.childNodes = []; this.attributes = {}; this.hidden = false; this.className = "";
+    this.tag = tag; this.childNodes = []; this.attributes = {}; this.hidden = false; this.style = {}; this.className = "";
     this._text = ""; this.listeners = {}; this.disabled = false;
   }
   set textContent(v) { this._text = v; this.childNodes = []; }

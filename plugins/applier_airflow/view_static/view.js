@@ -65,23 +65,70 @@ function table(headers, rows) {
   return t;
 }
 
-function sparkline(values) {
-  const points = values.map((v, i) => [i, v === null ? 0 : v]);
-  if (points.length < 2) return el("span");
-  const width = 300, height = 40, top = Math.max(...points.map((p) => p[1])) || 1;
-  const svg = document.createElementNS("http://www.w3.org/2000/svg", "svg");
-  svg.setAttribute("width", width);
-  svg.setAttribute("height", height);
-  svg.setAttribute("role", "img");
-  svg.setAttribute("aria-label", "changes per second, last cycles");
-  const line = document.createElementNS("http://www.w3.org/2000/svg", "polyline");
-  line.setAttribute("points", points.map(([i, v]) =>
-    (i * (width - 2) / (points.length - 1) + 1).toFixed(1) + "," + (height - 1 - v * (height - 2) / top).toFixed(1)).join(" "));
-  svg.append(line);
-  const title = document.createElementNS("http://www.w3.org/2000/svg", "title");
-  title.textContent = "changes/s, peak " + top.toFixed(0);
-  svg.append(title);
+const SVG = "http://www.w3.org/2000/svg";
+const PHASE_COLOURS = ["#3182ce", "#dd6b20", "#38a169", "#805ad5", "#d69e2e", "#e53e3e", "#319795", "#718096"];
+
+function svgNode(tag, attributes) {
+  const node = document.createElementNS(SVG, tag);
+  for (const [k, v] of Object.entries(attributes)) node.setAttribute(k, v);
+  return node;
+}
+
+// One small chart of the last cycles, oldest on the left: a line (one value a cycle) or stacked bars
+// (one value a phase a cycle). Its title, axis label and peak say what it shows; every mark has a tooltip.
+function chart(label, cycles, series, stacked) {
+  const width = 320, height = 90, top = 14, bottom = 4;
+  const totals = cycles.map((c) => series.reduce((sum, [, value]) => sum + (value(c) || 0), 0));
+  const peak = Math.max(...(stacked ? totals : cycles.map((c) => series[0][1](c) || 0)), 0) || 1;
+  const y = (v) => height - bottom - v * (height - top - bottom) / peak;
+  const step = (width - 2) / Math.max(cycles.length, 1);
+  const svg = svgNode("svg", { width, height, role: "img", "aria-label": label + ", last " + cycles.length + " cycles" });
+  const caption = svgNode("text", { x: 1, y: 10, class: "chart-label" });
+  caption.textContent = label + " · peak " + Number(peak).toFixed(peak < 10 ? 2 : 0);
+  svg.append(caption);
+  if (stacked) {
+    cycles.forEach((c, i) => {
+      let base = 0;
+      series.forEach(([name, value], k) => {
+        const v = value(c) || 0;
+        const bar = svgNode("rect", { x: (1 + i * step).toFixed(1), y: y(base + v).toFixed(1), width: Math.max(step - 1, 1).toFixed(1),
+          height: (y(base) - y(base + v)).toFixed(1), fill: PHASE_COLOURS[k % PHASE_COLOURS.length], class: "phase" });
+        const tip = svgNode("title", {});
+        tip.textContent = "cycle " + c.cycle_id + ": " + name + " " + seconds(v);
+        bar.append(tip);
+        svg.append(bar);
+        base += v;
+      });
+    });
+  } else if (cycles.length) {
+    const [name, value] = series[0];
+    const x = (i) => (1 + i * step + step / 2).toFixed(1);
+    svg.append(svgNode("polyline", { points: cycles.map((c, i) => x(i) + "," + y(value(c) || 0).toFixed(1)).join(" ") }));
+    cycles.forEach((c, i) => {
+      const dot = svgNode("circle", { cx: x(i), cy: y(value(c) || 0).toFixed(1), r: 2 });
+      const tip = svgNode("title", {});
+      tip.textContent = "cycle " + c.cycle_id + ": " + name + " " + (value(c) ?? "–");
+      dot.append(tip);
+      svg.append(dot);
+    });
+  }
   return svg;
+}
+
+function charts(cycles, phases) {
+  const box = el("div", null, "charts");
+  box.append(
+    chart("changes/s", cycles, [["changes/s", (c) => c.changes_per_second]], false),
+    chart("seconds per phase", cycles, phases.map((p) => [p, (c) => c.seconds[p]]), true),
+    chart("driver MiB", cycles, [["driver peak MiB", (c) => c.driver_peak_rss_mib]], false));
+  const legend = el("p", null, "legend");
+  phases.forEach((p, k) => {
+    const key = el("span", p);
+    key.style.borderLeft = "0.8em solid " + PHASE_COLOURS[k % PHASE_COLOURS.length];
+    legend.append(key);
+  });
+  box.append(legend);
+  return box;
 }
 
 function draw(doc) {
@@ -137,7 +184,7 @@ function draw(doc) {
     : el("p", "spill files: none", "none"));
 
   const phases = [...new Set(doc.cycles.flatMap((c) => Object.keys(c.seconds)))];
-  document.getElementById("sparkline").replaceChildren(sparkline(doc.cycles.map((c) => c.changes_per_second)));
+  document.getElementById("charts").replaceChildren(doc.cycles.length ? charts(doc.cycles, phases) : el("span"));
   document.getElementById("cycles").replaceChildren(doc.cycles.length
     ? table(["cycle", "pairs", "changes", "changes/s", ...phases.map((p) => p + " s"), "total s", "driver MiB", "queue peak"],
         doc.cycles.slice().reverse().map((c) => [c.cycle_id, pairs(c.seqs), c.rows_read, c.changes_per_second,
