@@ -19,7 +19,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from applier.config import MAX_CHUNK_ROWS
+from applier.config_source import MAX_CHUNK_ROWS
 from bench.measure import BenchError, progress, spark_env
 from bench.pg_server import DEFAULT_SERVER
 from bench.report import render

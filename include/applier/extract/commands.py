@@ -11,7 +11,8 @@ from __future__ import annotations
 import argparse
 import logging
 
-from applier.config import MAX_CHUNK_ROWS, Config, load_config
+from applier.config import Config, load_config
+from applier.config_source import MAX_CHUNK_ROWS
 from applier.engine.checkpoint import CheckpointStore
 from applier.errors import RunLockedError, UsageError
 from applier.extract.subscriptions import Registry, Subscription, applier_state

@@ -63,7 +63,7 @@ from typing import Any
 import psycopg
 from psycopg import sql
 
-from applier.config import MaterializeConfig
+from applier.config_source import MaterializeConfig
 from applier.errors import ExtractError
 from applier.extract import source
 from applier.extract.decode import MarkerRows
