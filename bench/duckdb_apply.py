@@ -126,6 +126,10 @@ def _columns(columns: list[dict[str, Any]]) -> str:
 def load_changes(con: Any, pairs: list[tuple[Path, Path]]) -> int:
     """The committed transactions' changes, as table ``changes``, ordered by ``pos`` (commit lsn, then lsn).
 
+    ``pos`` is ``commit_lsn * 2**64 + lsn * 2``, a HUGEINT: an order without a
+    sort (a window's would hold every image twice), even, so an image's
+    ``after`` can rank just above its ``before``.
+
     Returns the number of changes kept.
     """
     trns = "[" + ", ".join(_text(str(trn)) for _, trn in pairs) + "]"
@@ -136,8 +140,8 @@ def load_changes(con: Any, pairs: list[tuple[Path, Path]]) -> int:
         f"format='newline_delimited', columns={events}) WHERE record = 'commit'"
     )
     con.sql(
-        f'CREATE TEMP TABLE changes AS SELECT c."table" AS tbl, c.op, c.before, c.after, '
-        f"row_number() OVER (ORDER BY t.commit_lsn, c.lsn) AS pos "
+        f'CREATE TEMP TABLE changes AS SELECT c."table" AS tbl, c.op, c.before, c.after, c.lsn, '
+        f"t.commit_lsn::HUGEINT * {2**64} + c.lsn * 2 AS pos "
         f"FROM read_parquet({dats}) c JOIN commits t USING (xid)"
     )
     return int(con.sql("SELECT count(*) FROM changes").fetchall()[0][0])
@@ -153,16 +157,16 @@ def final_rows(con: Any, name: str, definition: dict[str, Any]) -> pa.Table:
     if key:
         key_columns = [next(c for c in columns if c["name"] == k) for k in key]
         key_shape = _shape(key_columns)
-        # A before counts as a delete at 2*pos, an after as a set at 2*pos + 1: the last event of each key wins.
+        # A before counts as a delete at pos, an after as a set at pos + 1: the last event of each key wins.
         events = (
-            f"SELECT json_transform(before, {key_shape}) AS k, 2 * pos AS o FROM changes "
+            f"SELECT json_transform(before, {key_shape}) AS k, pos AS o, lsn FROM changes "
             f"WHERE {since} AND op IN ('U', 'D') "
-            f"UNION ALL SELECT json_transform(after, {key_shape}), 2 * pos + 1 FROM changes "
+            f"UNION ALL SELECT json_transform(after, {key_shape}), pos + 1, lsn FROM changes "
             f"WHERE {since} AND op IN ('I', 'U')"
         )
         query = (
-            f"WITH last AS (SELECT max(o) AS o FROM ({events}) GROUP BY k HAVING max(o) % 2 = 1) "
-            f"SELECT json_transform(c.after, {_shape(columns)}) AS r FROM last JOIN changes c ON c.pos = last.o // 2"
+            f"WITH last AS (SELECT arg_max(lsn, o) AS lsn FROM ({events}) GROUP BY k HAVING max(o) % 2 = 1) "
+            f"SELECT json_transform(c.after, {_shape(columns)}) AS r FROM last JOIN changes c ON c.lsn = last.lsn"
         )
     else:
         shape = _shape(columns)

@@ -89,7 +89,7 @@ def _reap_orphans(before: set[int]) -> float:
 
 
 def run_tree(cmd: list[str], log_path: Path, label: str) -> dict[str, Any]:
-    """Run ``cmd`` (output in ``log_path``): exit code, wall s, CPU s and peak summed VmRSS (MiB) of its tree.
+    """Run ``cmd`` (output in ``log_path``): exit code, wall s, CPU s, peak summed VmRSS (MiB) of its tree, load.
 
     CPU seconds come from the kernel's accounting of each process when it is
     reaped (``wait4``), which includes the descendants it reaped itself. Some
@@ -100,6 +100,7 @@ def run_tree(cmd: list[str], log_path: Path, label: str) -> dict[str, Any]:
     """
     progress(f"{label}: {' '.join(cmd[1:])}")
     log_path.parent.mkdir(parents=True, exist_ok=True)
+    load = os.getloadavg()[0]
     before = _children()
     _subreaper(True)
     try:
@@ -115,7 +116,7 @@ def run_tree(cmd: list[str], log_path: Path, label: str) -> dict[str, Any]:
     finally:
         _subreaper(False)
     progress(f"{label}: exit {proc.returncode}, {wall:.1f} s, CPU {cpu:.1f} s, peak tree RSS {peak:.0f} MiB")
-    return {"code": proc.returncode, "wall_s": wall, "cpu_s": cpu, "peak_tree_mib": peak}
+    return {"code": proc.returncode, "wall_s": wall, "cpu_s": cpu, "peak_tree_mib": peak, "load_before": load}
 
 
 # ---------------------------------------------------------------------------
@@ -256,8 +257,10 @@ def section(r: dict[str, Any], add: Add) -> None:
         for side, label in (("engine", "`applier run`, 1 cycle"), ("duckdb", "DuckDB baseline")):
             run = x[side]
             rows.append([f"{i} ({x['first']} first)", label, f"{run['wall_s']:.1f}", f"{run['cpu_s']:.1f}"])
-            rows[-1] += [f"{run['peak_tree_mib']:,.0f}", f"{n / run['wall_s']:,.0f}"]
+            load = f"{run['load_before']:.1f}" if "load_before" in run else "?"
+            rows[-1] += [f"{run['peak_tree_mib']:,.0f}", f"{n / run['wall_s']:,.0f}", load]
     head = ["round", "approach", "wall s", "CPU s (process tree)", "peak MiB (process tree)", "changes / s"]
+    head.append("load average (1 min) at its start")
     table(add, head, rows, right=2)
     engine, duck = best(r, "engine"), best(r, "duckdb")
     phases = ", ".join(f"{k} {v:.1f}" for k, v in engine["phases"].items())

@@ -161,8 +161,9 @@ def test_the_bad_row_section_shows_each_run_with_its_applies_and_what_was_set_as
 
 def _duckdb_round(first: str, engine_s: float, duckdb_s: float) -> dict[str, Any]:
     engine = {"wall_s": engine_s, "cpu_s": 60.0, "peak_tree_mib": 3000.0, "cycle_seconds": engine_s - 8,
-              "phases": {"read": 10.0, "spark": engine_s - 18}}  # fmt: skip
-    duck = {"wall_s": duckdb_s, "cpu_s": 4.0, "peak_tree_mib": 1000.0, "duckdb": "2.0.0", "changes_kept": 950_000,
+              "load_before": 1.5, "phases": {"read": 10.0, "spark": engine_s - 18}}  # fmt: skip
+    duck = {"wall_s": duckdb_s, "cpu_s": 4.0, "peak_tree_mib": 1000.0, "load_before": 2.25, "duckdb": "2.0.0",
+            "changes_kept": 950_000,
             "seconds": {"read": 2.0, "net": 1.5, "write": 0.1}, "rows": {"a.t": 1_234}}  # fmt: skip
     return {"first": first, "engine": engine, "duckdb": duck, "tables": {"a.t": "same"}}
 
@@ -175,8 +176,8 @@ def test_the_duckdb_section_marks_the_goal_on_the_best_round_of_each_side() -> N
     assert _goal(report, "engine (Delta) end to end within 3x of a single-process DuckDB apply").endswith(
         "| 30.0 / 4.0 = **7.5x** (CPU 15.0x, memory 3.0x) | **not met** |"
     )
-    assert "| 1 (engine first) | `applier run`, 1 cycle | 40.0 | 60.0 | 3,000 | 25,000 |" in report
-    assert "| 2 (duckdb first) | DuckDB baseline | 4.0 | 4.0 | 1,000 | 250,000 |" in report
+    assert "| 1 (engine first) | `applier run`, 1 cycle | 40.0 | 60.0 | 3,000 | 25,000 | 1.5 |" in report
+    assert "| 2 (duckdb first) | DuckDB baseline | 4.0 | 4.0 | 1,000 | 250,000 | 2.2 |" in report
     assert "in all 1 tables: a.t 1,234 rows." in report
     results["duckdb"]["rounds"][1]["engine"]["wall_s"] = 12.0
     assert _goal(render(results), "engine (Delta) end to end within 3x").endswith(
