@@ -104,6 +104,7 @@ def _parser() -> argparse.ArgumentParser:
     add("--prefix-transactions", type=int, default=2000, help="transactions of the per-transaction Delta baseline")
     add("--small-transactions", type=int, default=50, help="transactions in each small pair (default 50)")
     add("--small-cycles", type=int, default=3, help="small cycles timed after the bulk run (default 3)")
+    add("--duckdb-rounds", type=int, default=2, help="rounds of the engine and the DuckDB baseline (default 2)")
     add("--wide-tables", type=int, default=1000, help="tables of the wide workload (default 1000)")
     add("--wide-columns", type=_columns, default=(10, 60), help="MIN-MAX columns of a wide table (default 10-60)")
     add("--wide-transactions", type=int, default=90_000, help="wide workload transactions (default 90000)")
@@ -183,6 +184,7 @@ _COUNTS = (
     "prefix_transactions",
     "small_transactions",
     "small_cycles",
+    "duckdb_rounds",
     "wide_tables",
     "wide_transactions",
     "many_open_transactions",

@@ -140,6 +140,10 @@ def _goal_rows(r: dict[str, Any]) -> Rows:
             linear_ok = total / one["wall_s"] >= goal
             verdict = "**met by the linear extrapolation only**" if linear_ok and not steady_ok else met(linear_ok)
             rows.append([f"{label} at least {goal:g}x faster than {base_label}", got + ")", verdict])
+    if "duckdb" in r:
+        from bench.duckdb_bench import goal_row
+
+        rows.append(goal_row(r))
     if "small" in r:
         walls = [t["cycle_walls_s"][0] for t in r["small"]["tails"]]
         got = f"first small cycle **{walls[0]:.2f} s** (then {', '.join(f'{w:.2f}' for w in walls[1:]) or 'none'})"
@@ -321,12 +325,13 @@ def _parts(r: dict[str, Any], add: Add) -> None:
 
 def render(r: dict[str, Any]) -> str:
     """The Markdown report of the results ``r`` (as :meth:`bench.steps.Bench.run` returns them), ending in a newline."""
+    from bench.duckdb_bench import section as duckdb_section
     from bench.ops_bench import section as ops_section
     from bench.report_details import SECTIONS  # their sections use this module's helpers
     from bench.report_source import SECTIONS as SOURCE_SECTIONS
 
     lines: list[str] = []
-    sections = (_title, _machine, _workloads, _goals, _side_by_side, _applier_runs, _parts, *SECTIONS)
+    sections = (_title, _machine, _workloads, _goals, _side_by_side, duckdb_section, _applier_runs, _parts, *SECTIONS)
     for section in (*sections, *SOURCE_SECTIONS, ops_section):
         section(r, lines.append)
     return "\n".join(lines) + "\n"

@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from bench import pg_delay
+from bench.duckdb_bench import step_duckdb
 from bench.measure import (
     BenchError,
     applier_settings,
@@ -50,7 +51,7 @@ from bench.workload import (
 )
 
 GROUPS = {
-    "delta": ("narrow", "limit", "pertxn", "small"),
+    "delta": ("narrow", "limit", "pertxn", "small", "duckdb"),
     "memory": ("wide", "many-open", "run-length"),
     "pg": ("pg-compiled", "pg-limit", "pg-forms", "pg-pertxn", "pg-rowbyrow", "pg-network"),
     "errors": ("bad-row",),
@@ -423,6 +424,7 @@ STEPS: dict[str, Callable[[Bench], None]] = {
     "limit": step_limit,
     "pertxn": step_pertxn,
     "small": step_small,
+    "duckdb": step_duckdb,
     "wide": step_wide,
     "many-open": step_many_open,
     "run-length": step_run_length,

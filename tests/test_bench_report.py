@@ -26,8 +26,9 @@ MIB = 1024 * 1024
 def test_a_step_brings_in_the_steps_it_needs_in_the_harness_order() -> None:
     assert selected_steps("wide") == ["narrow", "wide"]
     assert selected_steps("pg-network") == ["pg-compiled", "pg-limit", "pg-pertxn", "pg-rowbyrow", "pg-network"]
-    assert selected_steps("run-length,delta") == ["narrow", "limit", "pertxn", "small", "run-length"]
-    assert len(selected_steps("all")) == 19
+    assert selected_steps("run-length,delta") == ["narrow", "limit", "pertxn", "small", "duckdb", "run-length"]
+    assert selected_steps("duckdb") == ["duckdb"]
+    assert len(selected_steps("all")) == 20
     assert selected_steps("errors") == ["bad-row"]
     assert selected_steps("source") == ["extract", "pgbench-tps", "latency", "materialize"]
     assert selected_steps("operator") == ["ops"]
@@ -156,6 +157,32 @@ def test_the_bad_row_section_shows_each_run_with_its_applies_and_what_was_set_as
     assert "| one group, clean | 42.0 | 30.5 | 1 | 1 | 1,000,000 | 900 | - |" in report
     assert "| one bad, split in 3 | 42.0 | 30.5 | 1 | 29 | 999,900 | 950 | b6170 |" in report
     assert "the bad transaction (b6170)" in report
+
+
+def _duckdb_round(first: str, engine_s: float, duckdb_s: float) -> dict[str, Any]:
+    engine = {"wall_s": engine_s, "cpu_s": 60.0, "peak_tree_mib": 3000.0, "cycle_seconds": engine_s - 8,
+              "load_before": 1.5, "phases": {"read": 10.0, "spark": engine_s - 18}}  # fmt: skip
+    duck = {"wall_s": duckdb_s, "cpu_s": 4.0, "peak_tree_mib": 1000.0, "load_before": 2.25, "duckdb": "2.0.0",
+            "changes_kept": 950_000,
+            "seconds": {"read": 2.0, "net": 1.5, "write": 0.1}, "rows": {"a.t": 1_234}}  # fmt: skip
+    return {"first": first, "engine": engine, "duckdb": duck, "tables": {"a.t": "same"}}
+
+
+def test_the_duckdb_section_marks_the_goal_on_the_best_round_of_each_side() -> None:
+    results = _results(last_cycles_s=0.55, last_rss=320.0)
+    results["duckdb"] = {"rounds": [_duckdb_round("engine", 40.0, 5.0), _duckdb_round("duckdb", 30.0, 4.0)]}
+    report = render(results)
+    # The best engine run (30 s) against the best baseline run (4 s): 7.5x, over the goal of 3x.
+    assert _goal(report, "engine (Delta) end to end within 3x of a single-process DuckDB apply").endswith(
+        "| 30.0 / 4.0 = **7.5x** (CPU 15.0x, memory 3.0x) | **not met** |"
+    )
+    assert "| 1 (engine first) | `applier run`, 1 cycle | 40.0 | 60.0 | 3,000 | 25,000 | 1.5 |" in report
+    assert "| 2 (duckdb first) | DuckDB baseline | 4.0 | 4.0 | 1,000 | 250,000 | 2.2 |" in report
+    assert "in all 1 tables: a.t 1,234 rows." in report
+    results["duckdb"]["rounds"][1]["engine"]["wall_s"] = 12.0
+    assert _goal(render(results), "engine (Delta) end to end within 3x").endswith(
+        "**3.0x** (CPU 15.0x, memory 3.0x) | **met** |"
+    )
 
 
 def _source_results() -> dict[str, Any]:
