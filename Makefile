@@ -28,6 +28,8 @@ AIRFLOW_ENV := AIRFLOW_HOME=$(AIRFLOW_HOME_DIR) \
 	AIRFLOW__CORE__LOAD_EXAMPLES=False \
 	AIRFLOW__CORE__PARALLELISM=2 \
 	AIRFLOW__DATABASE__SQL_ALCHEMY_CONN=sqlite:///$(AIRFLOW_HOME_DIR)/airflow.db \
+	AIRFLOW__DATABASE__SQL_ALCHEMY_CONNECT_ARGS=airflow_local_settings.connect_args \
+	AIRFLOW__DATABASE__SQL_ALCHEMY_CONNECT_ARGS_ASYNC=airflow_local_settings.connect_args \
 	AIRFLOW_CONN_SPARK_DEFAULT='{"conn_type": "spark", "host": "local[*]"}' \
 	APPLIER_CONFIG=$(CURDIR)/config/demo.yaml
 PASSWORDS := $(AIRFLOW_HOME_DIR)/simple_auth_manager_passwords.json.generated
@@ -35,7 +37,8 @@ PASSWORDS := $(AIRFLOW_HOME_DIR)/simple_auth_manager_passwords.json.generated
 # A demo workload applied by the apply DAG (`airflow dags test`), then its summary.
 demo: setup
 	rm -rf var/demo
-	mkdir -p var/demo $(AIRFLOW_HOME_DIR)
+	mkdir -p var/demo $(AIRFLOW_HOME_DIR)/config
+	cp config/airflow/airflow_local_settings.py $(AIRFLOW_HOME_DIR)/config/
 	applier generate --out var/demo/intermediate --seed 1
 	applier check var/demo/intermediate
 	$(AIRFLOW_ENV) airflow db migrate > var/demo/airflow-db-migrate.log 2>&1
@@ -52,7 +55,8 @@ demo: setup
 # the tasks' execution API URL follows (the port alone would leave tasks calling :8080).
 AIRFLOW_PORT ?= 8080
 airflow: setup
-	mkdir -p $(AIRFLOW_HOME_DIR)
+	mkdir -p $(AIRFLOW_HOME_DIR)/config
+	cp config/airflow/airflow_local_settings.py $(AIRFLOW_HOME_DIR)/config/  # SQLite waits for its lock
 	$(AIRFLOW_ENV) airflow db migrate > $(AIRFLOW_HOME_DIR)/db-migrate.log 2>&1
 	@echo "Starting Airflow at http://localhost:$(AIRFLOW_PORT): log in as admin with the password Airflow generates into"
 	@echo "  $(PASSWORDS)"

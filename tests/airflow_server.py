@@ -3,7 +3,8 @@
 :func:`running_airflow` migrates a fresh ``AIRFLOW_HOME``, starts the three
 components as subprocesses (each in its own process group, logs in
 ``<home>/process-logs/``) with the LocalExecutor at parallelism 4 and the API
-on a free loopback port, waits until the health endpoint reports the
+on a free loopback port (SQLite told to wait a minute for its lock, by the
+project's ``config/airflow/airflow_local_settings.py``), waits until the health endpoint reports the
 scheduler and the DAG processor healthy, and stops them all on the way out,
 failure or not. The environment is ``airflow_support.airflow_env``'s (the
 project's DAGs and plugins, ``spark_default`` on local Spark) plus the API,
@@ -21,6 +22,7 @@ import datetime as dt
 import json
 import os
 import secrets
+import shutil
 import signal
 import socket
 import subprocess
@@ -34,12 +36,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
-from airflow_support import AIRFLOW_BIN, airflow_command, airflow_env
+from airflow_support import AIRFLOW_BIN, REPO, airflow_command, airflow_env
 
 T = TypeVar("T")
 FINISHED = ("success", "failed")
 STARTUP_SECONDS = 240
 RUN_SECONDS = 420
+LOCAL_SETTINGS = REPO / "config" / "airflow" / "airflow_local_settings.py"
 
 
 def free_port() -> int:
@@ -265,6 +268,8 @@ def server_env(home: Path, port: int, password_file: Path, **extra: str) -> dict
         "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_PASSWORDS_FILE": str(password_file),
         "AIRFLOW__CORE__DAGS_ARE_PAUSED_AT_CREATION": "True",
         "AIRFLOW__SCHEDULER__ENABLE_HEALTH_CHECK": "False",
+        "AIRFLOW__DATABASE__SQL_ALCHEMY_CONNECT_ARGS": "airflow_local_settings.connect_args",
+        "AIRFLOW__DATABASE__SQL_ALCHEMY_CONNECT_ARGS_ASYNC": "airflow_local_settings.connect_args",
         # One machine: the API server reads task logs from the files; no log server on the fixed port 8793.
         "AIRFLOW__LOGGING__WORKER_LOG_SERVER_PORT": str(free_port()),
     }
@@ -287,6 +292,8 @@ def running_airflow(home: Path, *, standalone: bool = False, **extra_env: str) -
     password = secrets.token_urlsafe(16)
     password_file = home / "passwords.json"
     password_file.write_text(json.dumps({"admin": password}))
+    (home / "config").mkdir(exist_ok=True)
+    shutil.copy(LOCAL_SETTINGS, home / "config")  # SQLite waits for its lock instead of failing a request
     env = server_env(home, port, password_file, **extra_env)
     server = AirflowServer(home=home, url=f"http://127.0.0.1:{port}", env=env, password=password)
     airflow_command(["db", "migrate"], env)

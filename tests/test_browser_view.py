@@ -93,6 +93,7 @@ def airflow(workload: tuple[Path, Config], tmp_path_factory: pytest.TempPathFact
     home = tmp_path_factory.mktemp("airflow-standalone")
     with running_airflow(home, standalone=True, APPLIER_CONFIG=str(workload[0]), APPLIER_SCHEDULE="none") as server:
         server.wait_for_dag("applier")
+        server.set_paused("applier", False)  # as the form's "unpause on trigger" does, before the form is used
         yield server
 
 
