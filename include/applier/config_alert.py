@@ -12,7 +12,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from applier.errors import ConfigError
+from applier import config_values as cv
 
 MAX_LAG_SECONDS = "alert.max_lag_seconds"
 
@@ -32,13 +32,8 @@ class AlertConfig:
     max_lag_seconds: float | None = None
 
 
-def max_lag_seconds(key: str, v: Any) -> float | None:
-    """A number of seconds > 0, or None (no alert); 0 is refused, as it would alert on any unapplied commit."""
-    if v is None:
-        return None
-    if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 < v < float("inf"):
-        raise ConfigError(key, v, "use a number of seconds > 0, or null for no lag alert")
-    return float(v)
+# Seconds > 0, or None (no alert); 0 is refused, as it would alert on any unapplied commit.
+max_lag_seconds = cv.positive_or_null("use a number of seconds > 0, or null for no lag alert")
 
 
 # key -> (validator, default), as applier.config's table; every default is None: optional, not required.

@@ -68,12 +68,20 @@ def int_range(lowest: int, highest: int, meaning: str) -> Callable[[str, Any], i
     return check
 
 
-def megabytes_or_default(key: str, v: Any) -> float | None:
-    if v is None:
-        return None
-    if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 < v < float("inf"):
-        raise ConfigError(key, v, "use a number of MB (MiB) > 0, or null for a quarter of spark.driver.memory")
-    return float(v)
+def positive_or_null(allowed: str) -> Callable[[str, Any], float | None]:
+    """A finite number > 0, or null (None); ``allowed`` is the refusal's words (the unit and what null means)."""
+
+    def check(key: str, v: Any) -> float | None:
+        if v is None:
+            return None
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 < v < float("inf"):
+            raise ConfigError(key, v, allowed)
+        return float(v)
+
+    return check
+
+
+megabytes_or_default = positive_or_null("use a number of MB (MiB) > 0, or null for a quarter of spark.driver.memory")
 
 
 def identifier(key: str, v: Any) -> str:
