@@ -20,10 +20,9 @@ from typing import Any
 import pytest
 
 from airflow_support import airflow_home  # noqa: F401  (airflow_home: session fixture)
-from applier.config import Config, load_config
-from applier.generate import generate_workload
+from applier.config import Config
 from engine_support import run
-from view_support import api_client, draw, token, with_cookie
+from view_support import api_client, draw, generated_configuration, token, with_cookie
 
 pytestmark = [pytest.mark.airflow, pytest.mark.spark]
 
@@ -36,14 +35,8 @@ def applied(tmp_path_factory: pytest.TempPathFactory, spark: Any) -> tuple[Path,
     """A configuration with two cycles applied, more pairs waiting, and its tables validated."""
     from applier.validate import validate_target
 
-    folder = tmp_path_factory.mktemp("view")
-    generate_workload(folder / "in", seed=5, transactions=80, file_size_mb=0.03, profile="demo")
-    path = folder / "applier.yaml"
-    path.write_text(
-        f"configuration_name: viewed\nintermediate_dir: {folder / 'in'}\noutput_dir: {folder / 'out'}\n"
-        f"target: {{path: {folder / 'target'}}}\napply: {{process_intermediate_size_per_job: 0.1}}\n"
-    )
-    config = load_config(path)
+    folder, cycle = tmp_path_factory.mktemp("view"), "apply: {process_intermediate_size_per_job: 0.1}\n"
+    path, config = generated_configuration(folder, "viewed", seed=5, transactions=80, settings=cycle)
     run(config, spark, max_cycles=2)
     validate_target(config, spark)
     return path, config

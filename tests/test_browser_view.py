@@ -28,10 +28,9 @@ from deltalake import DeltaTable
 
 from airflow_server import AirflowServer, running_airflow
 from applier.config import Config, load_config
-from applier.generate import generate_workload
 from applier.targets import open_target
 from engine_support import run
-from view_support import SECOND, write_items
+from view_support import SECOND, generated_configuration, write_items
 
 pytestmark = [pytest.mark.airflow, pytest.mark.spark, pytest.mark.slow]
 
@@ -78,14 +77,7 @@ class Watched:
 @pytest.fixture(scope="module")
 def workload(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Config]:
     """A configuration over a generated workload of more pairs than two cycles of 0.05 MiB take."""
-    folder = tmp_path_factory.mktemp("browser")
-    generate_workload(folder / "in", seed=7, transactions=120, file_size_mb=0.03, profile="demo")
-    path = folder / "applier.yaml"
-    path.write_text(
-        f"configuration_name: browsed\nintermediate_dir: {folder / 'in'}\noutput_dir: {folder / 'out'}\n"
-        f"target: {{path: {folder / 'target'}}}\n"
-    )
-    return path, load_config(path)
+    return generated_configuration(tmp_path_factory.mktemp("browser"), "browsed", seed=7, transactions=120)
 
 
 @pytest.fixture(scope="module")

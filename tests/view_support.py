@@ -14,10 +14,28 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from applier.config import Config, load_config
+from applier.generate import generate_workload
 from handmade import event, row, write_pair
 
 HERE = Path(__file__).resolve().parent
 VIEW_JS = HERE.parent / "plugins" / "applier_airflow" / "view_static" / "view.js"
+
+
+def generated_configuration(
+    folder: Path, name: str, *, seed: int, transactions: int, settings: str = ""
+) -> tuple[Path, Config]:
+    """A demo workload generated in ``folder/in`` (pairs of about 0.03 MiB) and a Delta configuration over it.
+
+    ``settings``: more YAML lines for the configuration file.
+    """
+    generate_workload(folder / "in", seed=seed, transactions=transactions, file_size_mb=0.03, profile="demo")
+    path = folder / "applier.yaml"
+    path.write_text(
+        f"configuration_name: {name}\nintermediate_dir: {folder / 'in'}\noutput_dir: {folder / 'out'}\n"
+        f"target: {{path: {folder / 'target'}}}\n{settings}"
+    )
+    return path, load_config(path)
 
 
 def api_client() -> Iterator[Any]:
