@@ -116,6 +116,17 @@ class IntermediateFileError(ApplierError):
         return (type(self), (self.path, self.seq, self.code, self.detail))
 
 
+class LateImageRefusal(IntermediateFileError):
+    """Spark's executors found a row image that breaks the spec after the driver had read past its pair.
+
+    The engine has the executors check images while they compile, so the
+    driver reads a cycle's pairs without their images' values. A refusal found
+    there is not raised to the user: the run re-reads from its checkpoint with
+    the driver checking every image, which cuts the cycle at the refused pair
+    exactly as a refusal at reading does. Raised only if that did not happen.
+    """
+
+
 class CorruptPairError(IntermediateFileError):
     """The pair does not match its header, or a file is not what the spec says it is."""
 

@@ -227,6 +227,12 @@ class CheckpointStore:
             "(applier status shows it): the next run then plans that cycle anew",
         )
 
+    def drop_intent(self, cycle_id: int) -> None:
+        """Forget the intent of cycle ``cycle_id`` if it recorded no progress: nothing of it reached the target."""
+        intent = self.load_intent()
+        if intent is not None and intent.cycle_id == cycle_id and (intent.through, intent.part_end) == (0, 0):
+            self.intent_path.unlink(missing_ok=True)
+
     def save_intent(self, intent: Intent) -> None:
         """Record which pairs the next cycle takes, before the target is touched."""
         self.work_dir.mkdir(parents=True, exist_ok=True)

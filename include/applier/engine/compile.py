@@ -8,24 +8,29 @@ take each table's :class:`~applier.engine.changes.TableChanges` when they apply 
 
 from __future__ import annotations
 
+import re
 import shutil
 import tempfile
 import weakref
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 
-from pyspark.sql import DataFrame
+from pyspark.sql import DataFrame, Row
 from pyspark.sql import functions as F
 
 from applier.engine.changes import TableChanges
 from applier.engine.compiled import CompiledCycle
+from applier.engine.identity import REFUSED, Checks
 from applier.engine.netting import net_changes, table_spreads
 from applier.engine.queue import MemoryQueue
-from applier.intermediate.pairs import DAT_COLUMNS
+from applier.errors import LateImageRefusal
+from applier.intermediate.pairs import DAT_COLUMNS, pair_name
 from applier.intermediate.schema import TableDef
 
+_REFUSED_TEXT = re.compile(REFUSED + r" seq=(?P<seq>\d+): (?P<detail>.*?) \[(?P<code>[a-z0-9-]+)\]")
 
-def committed_rows(rows: DataFrame, commits: DataFrame) -> DataFrame:
+
+def committed_rows(rows: DataFrame, commits: DataFrame, *, keep_all: bool = False) -> DataFrame:
     """Keep the rows of committed transactions and give each its commit lsn.
 
     The result's order of effect is ``(commit_lsn, lsn)``; it is carried by
@@ -35,11 +40,15 @@ def committed_rows(rows: DataFrame, commits: DataFrame) -> DataFrame:
         rows: the ``.dat`` columns (lsn, xid, table, op, before, after).
         commits: ``(xid string, commit_lsn long)`` of the transactions committed
             in the cycle, one row per xid; small, so it is broadcast.
+        keep_all: keep the other rows too, with a null ``commit_lsn`` (the
+            compile job checks their images, then drops them), and ``seq``.
 
     Returns:
         The ``.dat`` columns of rows whose xid is in ``commits``, plus ``commit_lsn``.
     """
     committed = F.broadcast(commits.select("xid", "commit_lsn"))
+    if keep_all:
+        return rows.join(committed, on="xid", how="left").select(*DAT_COLUMNS, "commit_lsn", "seq")
     return rows.join(committed, on="xid", how="inner").select(*DAT_COLUMNS, "commit_lsn")
 
 
@@ -67,6 +76,7 @@ def compile_cycle(
     partitions: int | None = None,
     weights: Mapping[str, float] | None = None,
     groups: Sequence[tuple[int, CompiledCycle]] = (),
+    checks: Checks | None = None,
 ) -> CompiledCycle:
     """Compile a cycle's committed rows into each table's net changes, in one Spark job.
 
@@ -84,6 +94,9 @@ def compile_cycle(
             changes go to its own holder, the first group's to ``into``, all
             from the one job (none: the rows are one group). Groups hold no
             truncate (a truncating transaction is applied on its own).
+        checks: the pairs whose images the job checks first (see
+            :func:`~applier.engine.netting.net_changes`; ``rows`` from
+            :func:`committed_rows` with ``keep_all``).
 
     Returns:
         The compiled cycle: every touched table (empty changes when its rows net
@@ -92,8 +105,9 @@ def compile_cycle(
         table is truncated first) and its changes, taken table by table.
 
     Raises:
+        LateImageRefusal: an image of a pair in ``checks`` breaks the spec.
         pyspark.errors.PySparkException: a value in an image does not fit its
-            type (the reader checks images first, so this means a broken input).
+            type (images are checked first, so this means a broken input).
     """
     names = sorted(set(touched) | set(truncates))
     if into is None:
@@ -105,10 +119,22 @@ def compile_cycle(
         bounds = [start for start, _ in groups]
         holders = [into, *(holder for _, holder in groups)]
         definitions = {n: tables[n] for n in names}
-        job = net_changes(rows, definitions, truncates, str(into.folder), partitions, spreads, bounds)
-        for chunk in job.collect():
+        job = net_changes(rows, definitions, truncates, str(into.folder), partitions, spreads, bounds, checks)
+        for chunk in _collect(job, checks):
             holders[chunk["group"]].add_file(chunk["table"], Path(chunk["path"]), chunk["bytes"], chunk.asDict())
     return into
+
+
+def _collect(job: DataFrame, checks: Checks | None) -> list[Row]:
+    """The job's rows; a refusal of an image by an executor becomes a :class:`LateImageRefusal`."""
+    try:
+        return job.collect()
+    except Exception as e:
+        found = _REFUSED_TEXT.search(str(e)) if checks is not None else None
+        if found is None:
+            raise
+        seq = int(found["seq"])
+        raise LateImageRefusal(pair_name(seq) + ".dat", seq, found["code"], found["detail"]) from None
 
 
 def compile_table(rows: DataFrame, table: TableDef) -> TableChanges:

@@ -41,6 +41,7 @@ import pyarrow as pa
 
 from applier.engine.changes import arrow_type
 from applier.engine.worker_path import trim_import_caches
+from applier.intermediate.images import row_problem
 from applier.intermediate.schema import Column, TableDef, decimal_precision_scale
 
 NET_OP = "__net_op"
@@ -229,14 +230,50 @@ def _events_of_row(
         yield after_key, True, True, 1, after
 
 
+REFUSED = "applier-image-refused"
+"""Marks an executor's refusal of a row image in the text of the failed Spark job (see :func:`check_batch`)."""
+
+Checks = Mapping[int, Mapping[str, TableDef]]
+"""The pairs whose images a compile job checks: seq -> the pair's table definitions (``cdc.tables``)."""
+
+
+def check_batch(batch: pa.RecordBatch, checks: Checks) -> None:
+    """Check the images of the rows of ``batch`` whose pair (``seq``) is in ``checks``, as the reader does.
+
+    Each row is judged against its own pair's definitions by the reader's rules
+    (:func:`applier.intermediate.images.row_problem`), so the executors refuse
+    exactly what the reader refuses.
+
+    Raises:
+        RuntimeError: a row breaks the spec; its text is ``applier-image-refused
+            seq=N: row lsn … [code]``, which the driver finds in the failed job's error.
+    """
+    columns = [batch.column(c).to_pylist() for c in ("seq", "table", "op", "before", "after")]
+    for i, (seq, table, op, before, after) in enumerate(zip(*columns, strict=True)):
+        defs = checks.get(seq)
+        if defs is None:
+            continue
+        problem = row_problem(defs[table], op, before, after)
+        if problem is not None:
+            lsn, xid = batch.column("lsn")[i].as_py(), batch.column("xid")[i].as_py()
+            where = f"row lsn {lsn} (xid {xid}, table {table})"
+            raise RuntimeError(f"{REFUSED} seq={seq}: {where} {problem.detail} [{problem.code}]")
+
+
 def event_batch(
     batch: pa.RecordBatch,
     tables: Mapping[str, TableDef],
     truncates: Mapping[str, tuple[int, int]],
     spreads: Mapping[str, int] | None = None,
     bounds: Sequence[int] = (),
+    checks: Checks | None = None,
 ) -> pa.RecordBatch:
     """The events of a batch of committed rows (``.dat`` columns plus ``commit_lsn``).
+
+    With ``checks``, the batch holds every row of the pairs read (``seq`` and
+    ``xid`` too, ``commit_lsn`` null for a row of a transaction not committed
+    here): the images of the pairs in ``checks`` are checked first
+    (:func:`check_batch`), then only the committed rows give events.
 
     ``T`` rows, and rows at or before their table's last truncate, give none:
     the target empties the table first. An event's ``salt`` spreads a busy
@@ -248,6 +285,9 @@ def event_batch(
     starts at (none: one group, 0).
     """
     spreads = spreads or {}
+    if checks is not None:
+        check_batch(batch, checks)
+        batch = batch.filter(batch.column("commit_lsn").is_valid())
     events: list[tuple[Any, ...]] = []
     columns = [batch.column(c).to_pylist() for c in ("table", "op", "before", "after", "commit_lsn", "lsn")]
     # By name: hashing a TableDef (for rules_of's cache) costs as much as its columns.
@@ -275,12 +315,13 @@ def event_batches(
     truncates: Mapping[str, tuple[int, int]],
     spreads: Mapping[str, int],
     bounds: Sequence[int],
+    checks: Checks | None,
     batches: Iterable[pa.RecordBatch],
 ) -> Iterator[pa.RecordBatch]:
     """:func:`event_batch` over a partition (the ``mapInArrow`` function, with its settings bound)."""
     trim_import_caches()
     for batch in batches:
-        yield event_batch(batch, tables, truncates, spreads, bounds)
+        yield event_batch(batch, tables, truncates, spreads, bounds, checks)
 
 
 def final_table(rules: TableRules, truncated: bool, rows: pa.Table) -> pa.Table:

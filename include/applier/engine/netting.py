@@ -8,8 +8,12 @@ DataFrame; positions are compared explicitly.
 The job reads the committed rows once and shuffles once, for all tables:
 
 1. In Python on the executors (:func:`applier.engine.identity.event_batches`),
-   rows at or before their table's last truncate are dropped (the target
-   empties the table first), and so are the ``T`` rows; every other row yields
+   the images of the pairs not checked yet are checked against their pair's
+   definitions (the reader's rules: a refusal fails the job, and the driver
+   re-reads with its own checks to cut the cycle there), the rows of
+   transactions not committed in the cycle are dropped, rows at or before
+   their table's last truncate are dropped (the target empties the table
+   first), and so are the ``T`` rows; every other row yields
    events on *identities*: present with its after image, or absent (a delete,
    the old key of an update that moves the key). On a table without a key
    every event also counts +1 (a copy added) or -1 (removed).
@@ -44,7 +48,7 @@ import pyarrow as pa
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
-from applier.engine.identity import CHUNK_SCHEMA, EVENT_SCHEMA, chunk_batches, event_batches
+from applier.engine.identity import CHUNK_SCHEMA, EVENT_SCHEMA, Checks, chunk_batches, event_batches
 from applier.intermediate.schema import TableDef
 
 # Bytes of input per shuffle partition of the compile: large cycles get more
@@ -84,6 +88,7 @@ def net_changes(
     partitions: int | None = None,
     spreads: Mapping[str, int] | None = None,
     bounds: Sequence[int] = (),
+    checks: Checks | None = None,
 ) -> DataFrame:
     """The compile job: committed rows in, typed chunks of each table's net changes out.
 
@@ -100,6 +105,11 @@ def net_changes(
             (:func:`table_spreads`; a table not named: one).
         bounds: the commit lsn each compilable group after the first starts
             at; each group's net changes are kept apart (none: one group).
+        checks: the pairs whose images the job checks (seq -> their definitions;
+            :func:`applier.engine.identity.check_batch`): ``rows`` then holds
+            every row of those pairs, with ``seq`` and ``xid``, and a null
+            ``commit_lsn`` for a transaction not committed here. None: every
+            row is committed and checked before.
 
     Returns:
         One row per chunk file: ``table``, ``path``, ``rows``, ``bytes``, its
@@ -107,8 +117,9 @@ def net_changes(
         net changes of one group, see :func:`applier.engine.identity.final_table`).
     """
     definitions = dict(tables)
-    events = rows.select("table", "op", "before", "after", "commit_lsn", "lsn").mapInArrow(
-        functools.partial(event_batches, definitions, dict(truncates), dict(spreads or {}), list(bounds)),
+    read = ["table", "op", "before", "after", "commit_lsn", "lsn", *(("seq", "xid") if checks is not None else ())]
+    events = rows.select(*read).mapInArrow(
+        functools.partial(event_batches, definitions, dict(truncates), dict(spreads or {}), list(bounds), checks),
         _ddl(EVENT_SCHEMA),
     )
     # The salt is a function of the key: grouping on it too changes no group,

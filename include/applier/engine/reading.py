@@ -4,6 +4,14 @@ The driver reads each pair once with pyarrow, checks it (reader and stream
 validator), and learns which transactions commit, roll back or stay open.
 Rows of transactions still open at the end of the cycle go to the buffers;
 Spark reads the ``.dat`` files itself for the committed ones.
+
+The row images, the costly part of the checks, are left to Spark's executors,
+which check them in the compile job as they decode them anyway
+(:attr:`CycleInput.unchecked`); a cycle that runs no compile job has them
+checked here (:func:`check_in_driver`). A refusal found that late comes as a
+:class:`~applier.errors.LateImageRefusal`: the run then re-reads from its
+checkpoint with the driver checking (``read_cycle(check_rows=True)``), so the
+refused pair cuts the cycle as it does at reading.
 """
 
 from __future__ import annotations
@@ -23,9 +31,10 @@ from applier.engine.buffers import BufferedTxn, TransactionBuffers
 from applier.engine.checking import PairChecker
 from applier.engine.checkpoint import Checkpoint
 from applier.engine.touches import Truncate, longest_images, table_rows_by_xid, truncate_rows
-from applier.errors import GapError, IntermediateFileError
+from applier.errors import GapError, IntermediateFileError, LateImageRefusal
 from applier.intermediate.pairs import DAT_COLUMNS, PairRef, list_pairs, pair_name
 from applier.intermediate.reader import Pair, read_pair
+from applier.intermediate.schema import TableDef
 from applier.intermediate.stream import StreamValidator, TableAdmission
 
 log = logging.getLogger("applier")
@@ -51,6 +60,8 @@ class CycleInput:
         longest_image: per table, its longest image in these pairs (bytes).
         commit_seqs: xid -> the pair whose ``.trn`` holds its commit.
         autocorrect: tables a nonatomic materialization copies in these pairs (``cdc.autocorrect``).
+        unchecked: the pairs whose row images are still to be checked: seq -> the
+            pair's table definitions (shared by :func:`~applier.engine.sparkapply.narrowed` parts).
         read_seconds: how long reading and checking the pairs took.
     """
 
@@ -69,6 +80,7 @@ class CycleInput:
     longest_image: dict[str, int] = field(default_factory=dict)
     commit_seqs: dict[str, int] = field(default_factory=dict)
     autocorrect: set[str] = field(default_factory=set)
+    unchecked: dict[int, dict[str, TableDef]] = field(default_factory=dict)
     read_seconds: float = 0.0
 
     @property
@@ -122,7 +134,12 @@ def _checked_by_worker(check: Future[None] | None) -> bool:
 
 
 def read_cycle(
-    refs: list[PairRef], validator: StreamValidator, *, check_rows: bool = True, checker: PairChecker | None = None
+    refs: list[PairRef],
+    validator: StreamValidator,
+    *,
+    check_rows: bool = True,
+    checker: PairChecker | None = None,
+    defer_images: bool = False,
 ) -> CycleInput:
     """Read and check the planned pairs in order, stopping at the first refused one.
 
@@ -131,27 +148,48 @@ def read_cycle(
         validator: the stream state, advanced past every accepted pair.
         check_rows: check row images (off when re-reading pairs checked before).
         checker: worker processes that check row images of large cycles.
+        defer_images: leave the row images to be checked later (the compile
+            job, or :func:`check_in_driver`), listing the pairs in ``unchecked``.
 
     Returns:
         The accepted pairs and their transactions; ``refused`` holds the error
         that stopped the reading, to be raised once the accepted part is applied.
     """
     result = CycleInput()
+    check_rows = check_rows and not defer_images
     checks = checker.submit(refs) if checker is not None and check_rows else {}
+    definitions: dict[TableDef, TableDef] = {}  # one object per distinct definition, however many pairs hold it
     try:
         for ref in refs:
             try:
                 checked = _checked_by_worker(checks.get(ref.seq))
-                pair = read_pair(ref, check_rows=check_rows and not checked)
+                pair = read_pair(ref, check_rows=check_rows and not checked, images=defer_images)
                 validator.check(pair)
             except IntermediateFileError as e:
                 result.refused = e
                 break
             _note_pair(result, pair)
+            if defer_images and pair.data.num_rows:
+                result.unchecked[pair.seq] = {n: definitions.setdefault(d, d) for n, d in pair.tables.items()}
     finally:
         for pending in checks.values():
             pending.cancel()
     return result
+
+
+def check_in_driver(cycle: CycleInput) -> None:
+    """Check the row images the cycle has not had checked yet, here (a cycle, or part, that Spark does not compile).
+
+    Raises:
+        LateImageRefusal: a pair's image breaks the spec (see the module docstring).
+    """
+    for ref in cycle.pairs:
+        if ref.seq in cycle.unchecked:
+            try:
+                read_pair(ref, check_rows=True)
+            except IntermediateFileError as e:
+                raise LateImageRefusal(e.path, e.seq, e.code, e.detail) from e
+    cycle.unchecked.clear()
 
 
 def pairs_holding(cycle: CycleInput, xids: Collection[str]) -> list[PairRef]:

@@ -40,6 +40,7 @@ from applier.engine.queue import MemoryQueue
 from applier.engine.reading import (
     CycleInput,
     buffer_open_rows,
+    check_in_driver,
     read_cycle,
     reread_window,
     window_pairs,
@@ -48,7 +49,7 @@ from applier.engine.report import CycleReport, append_report, peak_rss_mib
 from applier.engine.resume_checks import pairs_of_intent, restored_target_error
 from applier.engine.session import session_of
 from applier.engine.spill import COMMITTED_PART, SPILL_SUFFIX
-from applier.errors import TargetError
+from applier.errors import LateImageRefusal, TargetError
 from applier.intermediate.pairs import list_pairs
 from applier.intermediate.stream import StreamValidator
 from applier.planner import plan_cycle
@@ -148,12 +149,16 @@ class Applier:
             spill_dir=config.spill_dir,
             configuration_name=config.configuration_name,
         )
-        self.buffers = TransactionBuffers(
-            config.spill_dir, config.configuration_name, config.apply.buffer_size_for_split_records, self.queue
-        )
+        self.buffers = self._new_buffers()
         self.report_path = config.work_dir / "cycles.jsonl"
         self._memory_file = config.spill_dir / f"{config.configuration_name}_{COMMITTED_PART}{SPILL_SUFFIX}"
         self.checker = PairChecker()
+        # Pairs up to this one are read with the driver checking their images (after a late refusal).
+        self._check_in_driver_through = 0
+
+    def _new_buffers(self) -> TransactionBuffers:
+        c = self.config
+        return TransactionBuffers(c.spill_dir, c.configuration_name, c.apply.buffer_size_for_split_records, self.queue)
 
     def run(self, max_cycles: int = 0, on_cycle: Callable[[CycleReport], None] | None = None) -> RunSummary:
         """Apply cycles until caught up, or ``max_cycles`` cycles (0: no limit).
@@ -181,7 +186,11 @@ class Applier:
                 cycle = self._next_cycle(checkpoint, validator)
                 if cycle is None:
                     break
-                checkpoint, report = self._apply_cycle(checkpoint, validator, cycle)
+                try:
+                    checkpoint, report = self._apply_cycle(checkpoint, validator, cycle)
+                except LateImageRefusal as e:
+                    validator = self._reread_checking(checkpoint, e)
+                    continue
                 summary.add_report(report)
                 if on_cycle:
                     on_cycle(report)
@@ -278,6 +287,21 @@ class Applier:
             )
         return validator
 
+    def _reread_checking(self, checkpoint: Checkpoint, refusal: LateImageRefusal) -> StreamValidator:
+        """Start again from ``checkpoint`` after a late refusal, the driver checking images up to the refused pair.
+
+        Nothing of the cycle reached the target (its images are checked before
+        anything is applied), so this is a restart by re-reading: new buffers,
+        open transactions rebuilt, the cycle read again and cut at the refused
+        pair (see :mod:`applier.engine.reading`).
+        """
+        log.info("pair %d refused by Spark's image check (%s): re-reading, the driver checking", refusal.seq, refusal)
+        self.store.drop_intent(checkpoint.cycle_id + 1)
+        self.buffers.close()
+        self.buffers = self._new_buffers()
+        self._check_in_driver_through = refusal.seq
+        return self._rebuild(checkpoint)
+
     def _next_cycle(self, checkpoint: Checkpoint, validator: StreamValidator) -> CycleInput | None:
         """Read the next cycle's pairs: the recorded intent's, or newly planned ones."""
         listing = list_pairs(self.config.intermediate_dir, checkpoint.applied_seq + 1)
@@ -292,7 +316,8 @@ class Applier:
                 raise gap
             return None
         started = time.perf_counter()
-        cycle = read_cycle(refs, validator, checker=self.checker)
+        driver_checks = refs[0].seq <= self._check_in_driver_through
+        cycle = read_cycle(refs, validator, checker=self.checker, defer_images=not driver_checks)
         cycle.read_seconds = time.perf_counter() - started
         if not cycle.pairs:
             assert cycle.refused is not None
@@ -341,6 +366,7 @@ class Applier:
             )
             parts = cycle_parts(context)
             changed = parts.apply_from(*self._resume_at(intent), intent.changed)
+            check_in_driver(cycle)  # a cycle Spark did not compile (nothing committed in it)
         finally:
             if memory_file is not None:
                 memory_file.unlink(missing_ok=True)

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
+from pyspark.sql import functions as F
 
 from applier.engine.buffers import BufferedTxn
 from applier.engine.compile import committed_rows, compile_cycle
@@ -27,7 +28,7 @@ from applier.engine.compile_local import (
 )
 from applier.engine.compiled import CompiledCycle
 from applier.engine.netting import compile_partitions
-from applier.engine.reading import CycleInput, pairs_holding, spill_inputs
+from applier.engine.reading import CycleInput, check_in_driver, pairs_holding, spill_inputs
 from applier.engine.report import CycleReport
 from applier.engine.retry import NO_RETRY, RetryPolicy
 from applier.engine.spill import read_spill
@@ -44,22 +45,31 @@ CompiledFactory = Callable[[Mapping[str, TableDef], frozenset[str]], CompiledCyc
 DAT_DDL = "lsn long, xid string, `table` string, op string, before string, after string"
 
 
-def _committed_input(spark: Any, cycle: CycleInput, taken: Mapping[str, BufferedTxn], memory_file: Path | None) -> Any:
+def _committed_input(
+    spark: Any, cycle: CycleInput, taken: Mapping[str, BufferedTxn], memory_file: Path | None, *, checks: bool = False
+) -> Any:
     """All rows that may belong to a committed transaction, as one DataFrame (None if none).
 
     Spark reads the cycle's ``.dat`` files, the committed transactions' spill
     files and ``memory_file`` (their rows that were still in memory), the
-    spill files streamed batch by batch on the executors.
+    spill files streamed batch by batch on the executors. With ``checks``, it
+    also reads the pairs of :attr:`~applier.engine.reading.CycleInput.unchecked`
+    whole, and each row has its pair's ``seq`` (null for a buffered row).
     """
-    dat_paths = [str(p.dat_path) for p in pairs_holding(cycle, cycle.commits)]
+    holding = {p.seq for p in pairs_holding(cycle, cycle.commits)}
+    dat_paths = [str(p.dat_path) for p in cycle.pairs if p.seq in holding or (checks and p.seq in cycle.unchecked)]
     spill_paths = [str(path) for path in spill_inputs(taken, memory_file)]
     frames = []
     if dat_paths:
-        frames.append(spark.read.schema(DAT_DDL).parquet(*dat_paths))
+        dats = spark.read.schema(DAT_DDL).parquet(*dat_paths)
+        if checks:
+            dats = dats.withColumn("seq", F.regexp_extract("_metadata.file_name", r"^(\d+)\.dat$", 1).cast("long"))
+        frames.append(dats)
     if spill_paths:
         files = spark.createDataFrame([(p,) for p in spill_paths], "path string")
         slices = min(len(spill_paths), 2 * spark.sparkContext.defaultParallelism)
-        frames.append(files.repartition(slices).mapInArrow(spill_batches, DAT_DDL))
+        spilled = files.repartition(slices).mapInArrow(spill_batches, DAT_DDL)
+        frames.append(spilled.withColumn("seq", F.lit(None).cast("long")) if checks else spilled)
     if not frames:
         return None
     rows = frames[0]
@@ -173,6 +183,7 @@ def compile_committed(
                 holders.append(holder({n: tables[n] for n in sorted(names | set(truncates))}, frozenset(truncates)))
             every = set().union(*touched)
             if local:
+                check_in_driver(cycle)
                 rows = committed_rows_locally(cycle, taken, memory_file, cache)
                 compile_locally(rows, tables, truncates, every, holders[0], list(zip(bounds, holders[1:], strict=True)))
             else:
@@ -245,13 +256,14 @@ def _compile_in_spark(
     bounds: Sequence[int],
 ) -> None:
     """The compile job over the cycle's input, into ``holders`` (one per group)."""
-    rows = _committed_input(spark, cycle, taken, memory_file)
+    checks = dict(cycle.unchecked) or None  # the first job of the cycle checks its pairs' images
+    rows = _committed_input(spark, cycle, taken, memory_file, checks=checks is not None)
     assert rows is not None  # _has_input said so
     commits = spark.createDataFrame(sorted(cycle.commits.items()), "xid string, commit_lsn long")
     input_bytes = cycle.bytes + sum(t.bytes for t in taken.values())
     partitions = compile_partitions(input_bytes, int(spark.conf.get("spark.sql.shuffle.partitions")))
     compile_cycle(
-        committed_rows(rows, commits),
+        committed_rows(rows, commits, keep_all=checks is not None),
         tables,
         truncates,
         touched,
@@ -259,7 +271,9 @@ def _compile_in_spark(
         partitions=partitions,
         weights=_table_weights(cycle, taken),
         groups=list(zip(bounds, holders[1:], strict=True)),
+        checks=checks,
     )
+    cycle.unchecked.clear()
 
 
 def narrowed(
@@ -284,6 +298,7 @@ def transaction_rows(
     cache: PairCache | None = None,
 ) -> pa.Table:
     """Every change of committed transaction ``xid`` as the pairs hold it, in lsn order (an exceptions record)."""
+    check_in_driver(cycle)
     one, mine = narrowed(cycle, taken, [xid])
     if part_rows(one, mine) <= LOCAL_ROWS:
         return committed_rows_locally(one, mine, memory_file, cache).drop_columns(["commit_lsn"]).sort_by("lsn")

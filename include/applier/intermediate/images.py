@@ -98,6 +98,19 @@ def _check_row(op: str, before: str | None, after: str | None, rules: _TableRule
         raise _explain(e, label) from None
 
 
+def row_problem(table: TableDef, op: str, before: str | None, after: str | None) -> ImageProblem | None:
+    """What is wrong with one row's images against ``table`` (None: nothing), as :func:`check_images` judges.
+
+    For checks made away from the pair (Spark's executors check the rows they
+    compile): the rules are built once per definition in each process.
+    """
+    try:
+        _check_row(op, before, after, _TableRules.of(table))
+    except ImageProblem as e:
+        return e
+    return None
+
+
 def check_images(data: pa.Table, tables: dict[str, TableDef]) -> None:
     """Check every row's images against its table's definition.
 

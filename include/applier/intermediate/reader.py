@@ -35,7 +35,7 @@ from applier.intermediate.schema import SchemaError, TableDef, check_table_name,
 EVENT_RECORDS = frozenset({"begin", "commit", "rollback"})
 _TS_TEXT = re.compile(r"\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(\.\d{1,6})?Z")
 _SHA256 = re.compile(r"[0-9a-f]{64}")
-# The columns the stream checks read; the images are read only to be checked.
+# The columns the stream checks read; the images are read to be checked or measured.
 _STREAM_COLUMNS = ("lsn", "xid", "table", "op")
 _ARROW_TYPES = {
     "lsn": (pa.int64(),),
@@ -325,25 +325,27 @@ def _check_lsn_range(ref: PairRef, header: Header, pair: Pair) -> None:
         raise _corrupt(ref, ref.trn_path, "header-lsn-mismatch", f"header lsn range {declared} but pair holds {actual}")
 
 
-def read_pair(ref: PairRef, *, check_rows: bool = True) -> Pair:
+def read_pair(ref: PairRef, *, check_rows: bool = True, images: bool = False) -> Pair:
     """Read one complete pair and refuse it if anything in it breaks the spec.
 
     Args:
         ref: the pair, as listed by :func:`applier.intermediate.pairs.list_pairs`.
         check_rows: check every row image against its table definition (the
-            costly part; callers that re-read a pair already checked may skip it).
+            costly part; callers that re-read a pair already checked may skip
+            it, and the engine has Spark's executors check them).
+        images: read the ``before`` and ``after`` columns even when not checking them.
 
     Returns:
         The pair's header, events, table definitions and rows; without
-        ``check_rows``, the rows lack the ``before`` and ``after`` images
-        (their column types are still checked).
+        ``check_rows`` or ``images``, the rows lack the ``before`` and
+        ``after`` images (their column types are still checked).
 
     Raises:
         IntermediateFileError: a subclass naming the file and the defect.
     """
     header, events = read_trn(ref)
     _check_dat_identity(ref, header)
-    data, defs, autocorrect = _read_dat(ref, header, images=check_rows)
+    data, defs, autocorrect = _read_dat(ref, header, images=check_rows or images)
     _check_row_columns(ref, data, defs)
     pair = Pair(ref, header, events, defs, data, autocorrect)
     _check_lsn_range(ref, header, pair)
