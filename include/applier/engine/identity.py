@@ -41,7 +41,7 @@ import pyarrow as pa
 
 from applier.engine.changes import arrow_type
 from applier.engine.worker_path import trim_import_caches
-from applier.intermediate.images import row_problem
+from applier.intermediate.images import ImageProblem, row_checker
 from applier.intermediate.schema import Column, TableDef, decimal_precision_scale
 
 NET_OP = "__net_op"
@@ -237,27 +237,44 @@ Checks = Mapping[int, Mapping[str, TableDef]]
 """The pairs whose images a compile job checks: seq -> the pair's table definitions (``cdc.tables``)."""
 
 
+def _refusal(seq: int, lsn: int, xid: str, table: str, problem: ImageProblem) -> RuntimeError:
+    where = f"row lsn {lsn} (xid {xid}, table {table})"
+    return RuntimeError(f"{REFUSED} seq={seq}: {where} {problem.detail} [{problem.code}]")
+
+
+class _PairRules:
+    """The image checkers of the pairs of ``checks``, built once per (pair, table) a batch meets."""
+
+    def __init__(self, checks: Checks) -> None:
+        self.checks = checks
+        self._checkers: dict[tuple[int, str], Callable[[str, str | None, str | None], ImageProblem | None]] = {}
+
+    def problem(self, seq: int | None, table: str, op: str, before: Any, after: Any) -> ImageProblem | None:
+        if seq is None or seq not in self.checks:
+            return None
+        checker = self._checkers.get((seq, table))
+        if checker is None:
+            checker = self._checkers[seq, table] = row_checker(self.checks[seq][table])
+        return checker(op, before, after)
+
+
 def check_batch(batch: pa.RecordBatch, checks: Checks) -> None:
     """Check the images of the rows of ``batch`` whose pair (``seq``) is in ``checks``, as the reader does.
 
     Each row is judged against its own pair's definitions by the reader's rules
-    (:func:`applier.intermediate.images.row_problem`), so the executors refuse
+    (:func:`applier.intermediate.images.row_checker`), so the executors refuse
     exactly what the reader refuses.
 
     Raises:
         RuntimeError: a row breaks the spec; its text is ``applier-image-refused
             seq=N: row lsn … [code]``, which the driver finds in the failed job's error.
     """
-    columns = [batch.column(c).to_pylist() for c in ("seq", "table", "op", "before", "after")]
-    for i, (seq, table, op, before, after) in enumerate(zip(*columns, strict=True)):
-        defs = checks.get(seq)
-        if defs is None:
-            continue
-        problem = row_problem(defs[table], op, before, after)
+    rules = _PairRules(checks)
+    columns = [batch.column(c).to_pylist() for c in ("seq", "table", "op", "before", "after", "lsn", "xid")]
+    for seq, table, op, before, after, lsn, xid in zip(*columns, strict=True):
+        problem = rules.problem(seq, table, op, before, after)
         if problem is not None:
-            lsn, xid = batch.column("lsn")[i].as_py(), batch.column("xid")[i].as_py()
-            where = f"row lsn {lsn} (xid {xid}, table {table})"
-            raise RuntimeError(f"{REFUSED} seq={seq}: {where} {problem.detail} [{problem.code}]")
+            raise _refusal(seq, lsn, xid, table, problem)
 
 
 def event_batch(
@@ -272,8 +289,8 @@ def event_batch(
 
     With ``checks``, the batch holds every row of the pairs read (``seq`` and
     ``xid`` too, ``commit_lsn`` null for a row of a transaction not committed
-    here): the images of the pairs in ``checks`` are checked first
-    (:func:`check_batch`), then only the committed rows give events.
+    here): the images of the pairs in ``checks`` are checked as by
+    :func:`check_batch`, in the same pass, and only the committed rows give events.
 
     ``T`` rows, and rows at or before their table's last truncate, give none:
     the target empties the table first. An event's ``salt`` spreads a busy
@@ -285,14 +302,18 @@ def event_batch(
     starts at (none: one group, 0).
     """
     spreads = spreads or {}
-    if checks is not None:
-        check_batch(batch, checks)
-        batch = batch.filter(batch.column("commit_lsn").is_valid())
     events: list[tuple[Any, ...]] = []
-    columns = [batch.column(c).to_pylist() for c in ("table", "op", "before", "after", "commit_lsn", "lsn")]
-    # By name: hashing a TableDef (for rules_of's cache) costs as much as its columns.
-    rules = {name: rules_of(tables[name]) for name in set(columns[0])}
-    for table, op, before, after, commit_lsn, lsn in zip(*columns, strict=True):
+    names = ["table", "op", "before", "after", "commit_lsn", "lsn"]
+    checking = _PairRules(checks) if checks is not None else None
+    columns = [batch.column(c).to_pylist() for c in ([*names, "seq", "xid"] if checking is not None else names)]
+    rules: dict[str, TableRules] = {}  # by name: hashing a TableDef (for rules_of's cache) costs as much as its columns
+    for table, op, before, after, commit_lsn, lsn, *where in zip(*columns, strict=True):
+        if checking is not None:
+            problem = checking.problem(where[0], table, op, before, after)
+            if problem is not None:
+                raise _refusal(where[0], lsn, where[1], table, problem)
+            if commit_lsn is None:
+                continue
         if op == "T":
             continue
         cut = truncates.get(table)
@@ -300,7 +321,10 @@ def event_batch(
             continue
         spread = spreads.get(table, 1)
         group = bisect.bisect_right(bounds, commit_lsn) if bounds else 0
-        for key, present, existed, n, image in _events_of_row(rules[table], op, before, after):
+        table_rules = rules.get(table)
+        if table_rules is None:
+            table_rules = rules[table] = rules_of(tables[table])
+        for key, present, existed, n, image in _events_of_row(table_rules, op, before, after):
             salt = zlib.crc32(key) % spread if spread > 1 else 0
             events.append((table, key, commit_lsn, lsn, present, existed, n, image, salt, group))
     by_field: Iterable[Sequence[Any]] = zip(*events, strict=True) if events else ([] for _ in EVENT_SCHEMA)

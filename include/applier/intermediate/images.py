@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import functools
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -98,17 +99,24 @@ def _check_row(op: str, before: str | None, after: str | None, rules: _TableRule
         raise _explain(e, label) from None
 
 
-def row_problem(table: TableDef, op: str, before: str | None, after: str | None) -> ImageProblem | None:
-    """What is wrong with one row's images against ``table`` (None: nothing), as :func:`check_images` judges.
+def row_checker(table: TableDef) -> Callable[[str, str | None, str | None], ImageProblem | None]:
+    """What is wrong with a row's images against ``table`` (None: nothing), as :func:`check_images` judges.
 
     For checks made away from the pair (Spark's executors check the rows they
-    compile): the rules are built once per definition in each process.
+    compile): the rules are built once per definition in each process, and
+    the checker is kept by the caller (hashing a definition costs as much as
+    its columns).
     """
-    try:
-        _check_row(op, before, after, _TableRules.of(table))
-    except ImageProblem as e:
-        return e
-    return None
+    rules = _TableRules.of(table)
+
+    def problem(op: str, before: str | None, after: str | None) -> ImageProblem | None:
+        try:
+            _check_row(op, before, after, rules)
+        except ImageProblem as e:
+            return e
+        return None
+
+    return problem
 
 
 def check_images(data: pa.Table, tables: dict[str, TableDef]) -> None:

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeGuard
 
+import msgspec
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
@@ -33,6 +34,7 @@ from applier.intermediate.pairs import (
 from applier.intermediate.schema import SchemaError, TableDef, check_table_name, parse_table_def
 
 EVENT_RECORDS = frozenset({"begin", "commit", "rollback"})
+_decode_json = msgspec.json.Decoder().decode
 _TS_TEXT = re.compile(r"\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(\.\d{1,6})?Z")
 _SHA256 = re.compile(r"[0-9a-f]{64}")
 # The columns the stream checks read; the images are read to be checked or measured.
@@ -150,8 +152,8 @@ def _parse_header(ref: PairRef, line: str | None) -> Header:
 def _parse_event(ref: PairRef, number: int, line: str) -> Event:
     where = f"line {number}"
     try:
-        raw = json.loads(line)
-    except ValueError as e:
+        raw = _decode_json(line)  # msgspec: a pair holds thousands of events, and json.loads took most of reading it
+    except msgspec.DecodeError as e:
         raise _corrupt(ref, ref.trn_path, "event-invalid", f"{where} is not JSON: {e}") from e
     if not isinstance(raw, dict) or raw.get("record") not in EVENT_RECORDS:
         raise _corrupt(ref, ref.trn_path, "event-invalid", f"{where} is not a begin, commit or rollback record")

@@ -27,8 +27,11 @@ wrap-around, needs anyway).
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Callable, Collection, Iterable, Iterator, Mapping
+from collections.abc import Callable, Collection, Iterable, Mapping
 from dataclasses import dataclass, field
+
+import pyarrow as pa
+import pyarrow.compute as pc
 
 from applier.errors import (
     IncompatibleSchemaChangeError,
@@ -93,18 +96,45 @@ class StreamState:
     tables: dict[str, TableDef] = field(default_factory=dict)
 
 
-def _merged(pair: Pair) -> Iterator[tuple[int, str, str]]:
-    """Rows and events of a pair as ``(lsn, kind, xid)`` in lsn order.
+_BEGIN, _ROW, _END = 0, 1, 2
+"""Ranks at an equal lsn: a begin goes first and an end event last, so a row that
+shares its lsn with its transaction's begin or end is read kindly."""
 
-    At an equal lsn a begin goes first and an end event last, so a row that
-    shares its lsn with its transaction's begin or end is read kindly.
+
+@dataclass(frozen=True)
+class _Problem:
+    """A defect at a position ``(lsn, rank)`` of a pair: the first one found refuses it."""
+
+    lsn: int
+    rank: int
+    xid: str
+    code: str
+    what: str
+
+
+def _row_spans(pair: Pair) -> dict[str, tuple[int, int | None]]:
+    """Per xid with rows in the pair: its first row's lsn, and the lsn of its first row after its end in the pair.
+
+    Computed on the columns (pyarrow), so the driver's work follows the
+    pair's transactions, not its rows.
     """
-    rank = {"begin": 0, "row": 1, "commit": 2, "rollback": 2}
-    records = [(e.lsn, e.record, e.xid) for e in pair.events]
-    lsns, xids = pair.data["lsn"].to_pylist(), pair.data["xid"].to_pylist()
-    records.extend(zip(lsns, ["row"] * len(lsns), xids, strict=True))
-    records.sort(key=lambda r: (r[0], rank[r[1]]))
-    return iter(records)
+    data = pair.data
+    if not data.num_rows:
+        return {}
+    firsts = data.group_by("xid", use_threads=False).aggregate([("lsn", "min")])
+    spans: dict[str, tuple[int, int | None]] = {
+        x: (lsn, None) for x, lsn in zip(firsts["xid"].to_pylist(), firsts["lsn_min"].to_pylist(), strict=True)
+    }
+    ends = {e.xid: e.lsn for e in reversed(pair.events) if e.record != "begin"}  # each xid's first end
+    ended = [x for x in ends if x in spans]
+    if ended:
+        end_lsn = pc.take(pa.array([ends[x] for x in ended], pa.int64()), pc.index_in(data["xid"], pa.array(ended)))
+        late = data.filter(pc.fill_null(pc.greater(data["lsn"], end_lsn), False))
+        if late.num_rows:
+            after = late.group_by("xid", use_threads=False).aggregate([("lsn", "min")])
+            for x, lsn in zip(after["xid"].to_pylist(), after["lsn_min"].to_pylist(), strict=True):
+                spans[x] = (spans[x][0], lsn)
+    return spans
 
 
 class StreamValidator:
@@ -192,30 +222,64 @@ class StreamValidator:
             known.add(name)
 
     def _check_transactions(self, pair: Pair) -> tuple[dict[str, int], dict[str, None]]:
+        """The open and newly ended transactions after ``pair``, or the first defect of its transactions.
+
+        The events are followed one by one; a transaction's rows are judged
+        by where its first row and its first row after its end fall against
+        its state (:func:`_row_spans`): rows change no state, so this finds
+        the same first defect as following every row would.
+        """
         open_xids = dict(self.state.open_xids)
         ended: dict[str, None] = {}  # in the order they end, so the window forgets the oldest first
         trusted = pair.seq <= self.trusted_through_seq
-        for lsn, kind, xid in _merged(pair):
+        problems: list[_Problem] = []
+        begun: dict[str, int] = {}  # xid -> the lsn of its first begin in the pair
+        for event in pair.events:
+            xid, lsn = event.xid, event.lsn
             done = xid in ended or xid in self.state.ended_xids
-            problem = None
-            if kind == "begin":
+            if event.record == "begin":
+                begun.setdefault(xid, lsn)
                 if xid in open_xids or done:
-                    problem = ("second-begin", "a second begin")
-                else:
-                    open_xids[xid] = pair.seq
+                    problems.append(_Problem(lsn, _BEGIN, xid, "second-begin", "a second begin"))
+                    break
+                open_xids[xid] = pair.seq
             elif done:
-                problem = ("row-after-end", "a row after its end") if kind == "row" else ("second-end", "a second end")
+                problems.append(_Problem(lsn, _END, xid, "second-end", "a second end"))
+                break
             elif xid not in open_xids and not trusted:
-                code = "row-without-begin" if kind == "row" else "end-without-begin"
-                problem = (code, f"a {kind} without a begin")
-            elif kind != "row":
+                problems.append(_Problem(lsn, _END, xid, "end-without-begin", f"a {event.record} without a begin"))
+                break
+            else:
                 open_xids.pop(xid, None)
                 ended[xid] = None
-            if problem:
-                raise TransactionSequenceError(
-                    pair.ref.trn_path if kind != "row" else pair.ref.dat_path,
-                    pair.seq,
-                    problem[0],
-                    f"transaction {xid} has {problem[1]} at lsn {lsn}",
-                )
+        for xid, (first, after_end) in _row_spans(pair).items():
+            problem = self._row_problem(xid, first, after_end, begun.get(xid), trusted)
+            if problem is not None:
+                problems.append(problem)
+        if problems:
+            first_problem = min(problems, key=lambda p: (p.lsn, p.rank))
+            path = pair.ref.dat_path if first_problem.rank == _ROW else pair.ref.trn_path
+            raise TransactionSequenceError(
+                path,
+                pair.seq,
+                first_problem.code,
+                f"transaction {first_problem.xid} has {first_problem.what} at lsn {first_problem.lsn}",
+            )
         return open_xids, ended
+
+    def _row_problem(
+        self, xid: str, first: int, after_end: int | None, begin: int | None, trusted: bool
+    ) -> _Problem | None:
+        """The first defect of ``xid``'s rows in a pair: they start at ``first``; ``after_end``: the first past its end.
+
+        A row before the transaction's end is fine once it is open: open before
+        the pair, begun at or before the row's lsn, or in a trusted pair.
+        """
+        if xid in self.state.ended_xids:
+            return _Problem(first, _ROW, xid, "row-after-end", "a row after its end")
+        opened = xid in self.state.open_xids or trusted or (begin is not None and begin <= first)
+        if not opened:
+            return _Problem(first, _ROW, xid, "row-without-begin", "a row without a begin")
+        if after_end is not None:
+            return _Problem(after_end, _ROW, xid, "row-after-end", "a row after its end")
+        return None
