@@ -105,6 +105,8 @@ def _parser() -> argparse.ArgumentParser:
     add("--small-transactions", type=int, default=50, help="transactions in each small pair (default 50)")
     add("--small-cycles", type=int, default=3, help="small cycles timed after the bulk run (default 3)")
     add("--duckdb-rounds", type=int, default=2, help="rounds of the engine and the DuckDB baseline (default 2)")
+    add("--scaleout-workers", type=int, default=2, help="one-core workers of the scale-out cluster (default 2)")
+    add("--scaleout-factor", type=int, default=4, help="the larger scale-out workload: times --transactions (4)")
     add("--wide-tables", type=int, default=1000, help="tables of the wide workload (default 1000)")
     add("--wide-columns", type=_columns, default=(10, 60), help="MIN-MAX columns of a wide table (default 10-60)")
     add("--wide-transactions", type=int, default=90_000, help="wide workload transactions (default 90000)")
@@ -185,6 +187,8 @@ _COUNTS = (
     "small_transactions",
     "small_cycles",
     "duckdb_rounds",
+    "scaleout_workers",
+    "scaleout_factor",
     "wide_tables",
     "wide_transactions",
     "many_open_transactions",

@@ -35,7 +35,8 @@ import statistics
 from typing import Any, NamedTuple
 
 MIB = 1024 * 1024
-GOAL_LIMIT_RATIO = 2.0  # issues 3 and 5: within 2x of the calibrated limit
+GOAL_LIMIT_RATIO = 1.0  # issue 16: the Delta engine at most 1.0x the calibrated limit (issue 3 asked 2x)
+GOAL_PG_LIMIT_RATIO = 2.0  # issue 5: the compiled PostgreSQL apply within 2x of its calibrated limit
 GOAL_SPEEDUP = 25.0  # issue 3: 25x per-transaction Delta commits; issue 5: 25x log-order row-by-row
 GOAL_SMALL_CYCLE_S = 2.0  # issue 3: a small cycle after the first one
 GOAL_PG_PER_TRANSACTION = 5.0  # issue 5: 5x per-transaction PostgreSQL apply

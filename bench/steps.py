@@ -40,6 +40,7 @@ from bench.measure import (
 )
 from bench.ops_bench import step_ops
 from bench.pg_server import Databases, database_url, fingerprints, round_trip_ms
+from bench.scaleout import step_scaleout
 from bench.source_apply import step_latency, step_materialize
 from bench.source_bench import step_extract, step_pgbench_tps
 from bench.workload import (
@@ -57,6 +58,7 @@ GROUPS = {
     "errors": ("bad-row",),
     "source": ("extract", "pgbench-tps", "latency", "materialize"),
     "operator": ("ops",),
+    "scale": ("scaleout",),
 }
 ORDER = tuple(step for steps in GROUPS.values() for step in steps)
 NEEDS = {
@@ -93,11 +95,12 @@ class Bench:
         self.pg_one_url = ""
 
     def workload(self, key: str) -> Path:
-        """The pairs of workload ``key`` (``narrow``, ``wide``, ``many-open``, ``run-length``), written once."""
+        """The pairs of workload ``key`` (``narrow``, ``narrow-x``, ``wide``, ``many-open``, ...), written once."""
         a, folder = self.args, self.workdir / f"pairs-{key}"
         wide = {"tables": a.wide_tables, "columns": a.wide_columns}
         makers: dict[str, Callable[[], dict[str, Any]]] = {
             "narrow": lambda: generate(folder, "bench", a.transactions, a.file_size_mb),
+            "narrow-x": lambda: generate(folder, "bench", a.transactions * a.scaleout_factor, a.file_size_mb),
             "wide": lambda: generate(folder, "wide", a.wide_transactions, a.wide_file_size_mb, **wide),
             "many-open": lambda: generate(folder, "many-open", a.many_open_transactions, None),
             "run-length": lambda: write_run_length_pairs(folder, a.run_length_cycles, a.run_length_transactions),
@@ -440,4 +443,5 @@ STEPS: dict[str, Callable[[Bench], None]] = {
     "latency": step_latency,
     "materialize": step_materialize,
     "ops": step_ops,
+    "scaleout": step_scaleout,
 }

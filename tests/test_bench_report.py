@@ -28,7 +28,7 @@ def test_a_step_brings_in_the_steps_it_needs_in_the_harness_order() -> None:
     assert selected_steps("pg-network") == ["pg-compiled", "pg-limit", "pg-pertxn", "pg-rowbyrow", "pg-network"]
     assert selected_steps("run-length,delta") == ["narrow", "limit", "pertxn", "small", "duckdb", "run-length"]
     assert selected_steps("duckdb") == ["duckdb"]
-    assert len(selected_steps("all")) == 20
+    assert len(selected_steps("all")) == 21
     assert selected_steps("errors") == ["bad-row"]
     assert selected_steps("source") == ["extract", "pgbench-tps", "latency", "materialize"]
     assert selected_steps("operator") == ["ops"]
@@ -273,3 +273,34 @@ def test_the_operator_section_shows_validation_both_ways_and_each_failure_agains
         "`applier: error: intermediate_dir /x does not exist` |"
     ) in report
     assert "| `run`, wrong PostgreSQL database | 4 | 3.20 | 1 | yes | **no** |" in report
+
+
+def _scaleout_run(rows: int, cpu: float, executors: float, peak: float) -> dict[str, Any]:
+    return {
+        "rows_read": rows, "wall_s": 60.0, "cpu_s": cpu, "executors_cpu_s": executors,
+        "driver_share": cpu / (cpu + executors), "peak_tree_mib": peak, "driver_peak_rss_mib": 300.0,
+        "phases": {"read": 1.0, "spark": 20.0},
+    }  # fmt: skip
+
+
+def test_the_report_marks_the_driver_share_and_memory_goals() -> None:
+    results = _results(last_cycles_s=0.55, last_rss=320.0)
+    results["scaleout"] = {
+        "workers": 2,
+        "factor": 4,
+        "runs": {
+            "narrow": _scaleout_run(1_000_000, 5.0, 95.0, 1000.0),
+            "narrow-x": _scaleout_run(4_000_000, 8.0, 380.0, 1100.0),
+        },
+    }
+    report = render(results)
+    assert "| narrow-x | 4,000,000 | 60.0 | 8.0 | 380.0 | 2% | 1,100 | 300 | read 1.0, spark 20.0 |" in report
+    goals = report.split("## Goals")[1].split("\n## ")[0]
+    assert "**5%** and **2%**" in goals and "1,000 and 1,100 MiB: **1.10x** for 4.0x the changes" in goals
+    assert _goal(goals, "on a standalone cluster of 2 workers, the driver at most 10%").endswith("**met** |")
+    assert _goal(goals, "the driver's peak memory independent").endswith("**met** |")
+    results["scaleout"]["runs"]["narrow"] = _scaleout_run(1_000_000, 30.0, 70.0, 1000.0)  # the driver did 30%
+    results["scaleout"]["runs"]["narrow-x"]["peak_tree_mib"] = 3000.0  # and grew with the cycle
+    goals = render(results).split("## Goals")[1].split("\n## ")[0]
+    assert _goal(goals, "on a standalone cluster").endswith("**not met** |")
+    assert _goal(goals, "the driver's peak memory independent").endswith("**not met** |")

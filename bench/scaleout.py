@@ -1,0 +1,251 @@
+"""Issue 16's scale-out step: the engine on a Spark standalone cluster of two workers on loopback.
+
+A master and ``--scaleout-workers`` (2) workers of one core each are started
+on 127.0.0.1 with the venv's ``spark-class``; ``applier run`` applies the
+narrow workload, then one with ``--scaleout-factor`` (4) times its
+transactions, each in one cycle, with ``spark.master`` the cluster. Measured:
+
+- the **driver's** CPU seconds: the ``applier run`` process tree (the Python
+  driver and the driver JVM it starts), counted by the kernel when each is
+  reaped (:func:`bench.duckdb_bench.run_tree`);
+- the **executors'** CPU seconds: every process under a worker daemon
+  (executor JVMs and their Python workers), sampled from ``/proc`` every 0.2 s
+  while the run lasts, each process at the last figure seen (a process's last
+  0.2 s before it ends can be missed: the share errs towards the driver);
+- the driver's peak memory (summed VmRSS of its tree, and the Python driver's
+  own peak from ``cycles.jsonl``).
+
+The cluster is stopped at the end of the step, also when it fails.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+import urllib.request
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from bench.duckdb_bench import run_tree
+from bench.measure import BenchError, progress, read_cycles, spark_env, summarize_cycles, tail, write_config
+
+if TYPE_CHECKING:
+    from bench.report import Add
+    from bench.steps import Bench
+
+GOAL_DRIVER_SHARE = 0.10  # issue 16: the driver at most 10% of a cycle's CPU seconds
+GOAL_MEMORY_RATIO = 1.25  # issue 16: the driver's peak independent of the cycle's size (a fifth for noise)
+STARTUP_S = 120.0
+TICK = os.sysconf("SC_CLK_TCK")
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def _status(url: str) -> dict[str, Any]:
+    try:
+        with urllib.request.urlopen(url, timeout=5) as response:
+            data: dict[str, Any] = json.load(response)
+            return data
+    except (OSError, ValueError):
+        return {}
+
+
+def _parents() -> dict[int, int]:
+    """pid -> parent pid of every process, from ``/proc``."""
+    found: dict[int, int] = {}
+    for entry in os.scandir("/proc"):
+        if entry.name.isdigit():
+            try:
+                with open(f"/proc/{entry.name}/stat", encoding="ascii", errors="replace") as fh:
+                    found[int(entry.name)] = int(fh.read().rsplit(")", 1)[1].split()[1])
+            except (OSError, IndexError, ValueError):
+                continue
+    return found
+
+
+def _cpu_s(pid: int) -> float | None:
+    """A process's own user and system CPU seconds so far (None once it is gone)."""
+    try:
+        with open(f"/proc/{pid}/stat", encoding="ascii", errors="replace") as fh:
+            fields = fh.read().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / TICK
+    except (OSError, IndexError, ValueError):
+        return None
+
+
+class ExecutorCpu:
+    """Samples the CPU seconds of every process under the worker daemons ``roots``, until :meth:`stop`."""
+
+    def __init__(self, roots: list[int]) -> None:
+        self.roots = set(roots)
+        self.seen: dict[int, float] = {}
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._poll, daemon=True)
+        self._thread.start()
+
+    def _under_roots(self) -> set[int]:
+        parents = _parents()
+        daemons = {pid for pid, parent in parents.items() if parent in self.roots} | self.roots  # spark-class, JVM
+        found: set[int] = set()
+        frontier = {pid for pid, parent in parents.items() if parent in daemons and pid not in daemons}
+        while frontier:
+            found |= frontier
+            frontier = {pid for pid, parent in parents.items() if parent in frontier and pid not in found}
+        return found
+
+    def _poll(self) -> None:
+        while not self._stop.wait(0.2):
+            for pid in self._under_roots():
+                cpu = _cpu_s(pid)
+                if cpu is not None:
+                    self.seen[pid] = max(cpu, self.seen.get(pid, 0.0))
+
+    def stop(self) -> float:
+        """Stop sampling; the CPU seconds of every process seen."""
+        self._stop.set()
+        self._thread.join()
+        return sum(self.seen.values())
+
+
+@contextmanager
+def standalone_cluster(folder: Path, workers: int) -> Iterator[tuple[str, list[int]]]:
+    """A master and ``workers`` one-core workers on loopback: ``(master URL, the workers' daemon pids)``."""
+    folder.mkdir(parents=True, exist_ok=True)
+    properties = folder / "spark-defaults.conf"
+    properties.write_text("spark.master.rest.enabled false\n", encoding="utf-8")
+    spark_class = str(Path(sys.executable).parent / "spark-class")
+    env = {**spark_env(), "SPARK_DAEMON_MEMORY": "512m"}
+    port, ui = _free_port(), _free_port()
+    status_url = f"http://127.0.0.1:{ui}/json/"
+    procs: list[subprocess.Popen[bytes]] = []
+
+    def start(args: list[str], log: str) -> subprocess.Popen[bytes]:
+        with open(folder / log, "wb") as out:
+            proc = subprocess.Popen([spark_class, *args], stdout=out, stderr=subprocess.STDOUT, env=env,
+                                    start_new_session=True)  # fmt: skip
+        procs.append(proc)
+        return proc
+
+    def wait(what: str, ready: Any) -> None:
+        deadline = time.monotonic() + STARTUP_S
+        while not ready(_status(status_url)):
+            if time.monotonic() > deadline or any(p.poll() is not None for p in procs):
+                raise BenchError(f"the Spark cluster was not {what}; logs in {folder}:\n{tail(folder / 'master.log')}")
+            time.sleep(1)
+
+    try:
+        start(["org.apache.spark.deploy.master.Master", "--host", "127.0.0.1", "--port", str(port),
+               "--webui-port", str(ui), "--properties-file", str(properties)], "master.log")  # fmt: skip
+        wait("alive", lambda s: s.get("status") == "ALIVE")
+        master = f"spark://127.0.0.1:{port}"
+        for i in range(workers):
+            start(["org.apache.spark.deploy.worker.Worker", master, "--host", "127.0.0.1", "--cores", "1",
+                   "--memory", "2g", "--webui-port", str(_free_port()), "--work-dir", str(folder / f"work{i}"),
+                   "--properties-file", str(properties)], f"worker{i}.log")  # fmt: skip
+        wait(f"given its {workers} workers", lambda s: s.get("aliveworkers") == workers)
+        progress(f"standalone cluster at {master} with {workers} workers")
+        yield master, [p.pid for p in procs[1:]]
+    finally:
+        for proc in reversed(procs):
+            if proc.poll() is None:
+                os.killpg(proc.pid, signal.SIGTERM)
+                try:
+                    proc.wait(timeout=30)
+                except subprocess.TimeoutExpired:
+                    os.killpg(proc.pid, signal.SIGKILL)
+                    proc.wait(timeout=30)
+
+
+def _run(b: Bench, name: str, key: str, master: str, workers: list[int]) -> dict[str, Any]:
+    settings = [s for s in b.delta(name, key) if not s.startswith("spark.master=")]
+    settings += [f"spark.master={master}", "spark.conf.spark.executor.memory=1500m"]
+    config = write_config(b.workdir / name / "config.yaml", settings)
+    executors = ExecutorCpu(workers)
+    try:
+        cmd = [sys.executable, "-m", "applier.cli", "run", "--config", str(config)]
+        run = run_tree(cmd, b.workdir / name / "run.log", f"applier run {name}")
+    finally:
+        executors_cpu = executors.stop()
+    if run["code"] != 0:
+        raise BenchError(f"applier run ({name}) exited {run['code']}; log {b.workdir / name / 'run.log'}:\n"
+                         f"{tail(b.workdir / name / 'run.log')}")  # fmt: skip
+    cycles = summarize_cycles(read_cycles(b.workdir / name / "output" / name / "cycles.jsonl"))
+    share = run["cpu_s"] / (run["cpu_s"] + executors_cpu) if executors_cpu else 1.0
+    progress(f"{name}: driver CPU {run['cpu_s']:.1f} s, executors {executors_cpu:.1f} s: driver share {share:.0%}")
+    keep = ("cycles", "rows_read", "committed", "cycle_seconds", "phases", "driver_peak_rss_mib")
+    return {**run, "executors_cpu_s": executors_cpu, "driver_share": share, **{k: cycles[k] for k in keep}}
+
+
+def step_scaleout(b: Bench) -> None:
+    """The narrow workload and a ``--scaleout-factor`` times larger one, each in one cycle on the cluster."""
+    keys = ("narrow", "narrow-x")
+    for key in keys:
+        b.workload(key)
+    with standalone_cluster(b.workdir / "cluster", b.args.scaleout_workers) as (master, workers):
+        runs = {
+            key: _run(b, f"scaleout_{key.replace('-', '_')}", key, master, workers) for key in ("narrow", "narrow-x")
+        }
+    b.r["scaleout"] = {"workers": b.args.scaleout_workers, "factor": b.args.scaleout_factor, "runs": runs}
+
+
+# ---------------------------------------------------------------------------
+# The report
+
+
+def goal_rows(r: dict[str, Any]) -> list[list[str]]:
+    """The driver's CPU share, and its peak memory at the two sizes."""
+    if "scaleout" not in r:
+        return []
+    s = r["scaleout"]
+    small, large = s["runs"]["narrow"], s["runs"]["narrow-x"]
+    worst = max(small["driver_share"], large["driver_share"])
+    shares = f"**{small['driver_share']:.0%}** and **{large['driver_share']:.0%}**"
+    goal = f"on a standalone cluster of {s['workers']} workers, the driver at most {GOAL_DRIVER_SHARE:.0%} of the CPU"
+    got = f"{shares} (1 cycle of {small['rows_read']:,} and of {large['rows_read']:,} changes)"
+    rows = [[goal, got, "**met**" if worst <= GOAL_DRIVER_SHARE else "**not met**"]]
+    ratio = large["peak_tree_mib"] / small["peak_tree_mib"]
+    got = f"{small['peak_tree_mib']:,.0f} and {large['peak_tree_mib']:,.0f} MiB: **{ratio:.2f}x** for "
+    got += f"{large['rows_read'] / small['rows_read']:.1f}x the changes"
+    verdict = "**met**" if ratio <= GOAL_MEMORY_RATIO else "**not met**"
+    rows.append(["the driver's peak memory independent of the cycle's size", got, verdict])
+    return rows
+
+
+def section(r: dict[str, Any], add: Add) -> None:
+    """Each scale-out run's figures."""
+    from bench.report import para, table
+
+    if "scaleout" not in r:
+        return
+    s = r["scaleout"]
+    add(f"## Scale-out: a standalone cluster of {s['workers']} one-core workers (issue 16)")
+    add("")
+    rows = []
+    for key, x in s["runs"].items():
+        rows.append(
+            [key, f"{x['rows_read']:,}", f"{x['wall_s']:.1f}", f"{x['cpu_s']:.1f}", f"{x['executors_cpu_s']:.1f}"]
+        )
+        rows[-1] += [f"{x['driver_share']:.0%}", f"{x['peak_tree_mib']:,.0f}", f"{x['driver_peak_rss_mib']:,.0f}"]
+        rows[-1].append(", ".join(f"{k} {v:.1f}" for k, v in x["phases"].items()))
+    head = ["workload", "changes", "wall s", "driver CPU s", "executors CPU s", "driver share", "driver tree peak MiB"]
+    head += ["Python driver peak MiB", "seconds per phase"]
+    table(add, head, rows, right=1)
+    para(
+        add,
+        "The driver's CPU is the `applier run` process tree (Python and the driver JVM, JVM start included), the ",
+        "executors' every process under the worker daemons (sampled every 0.2 s), so the share counts the whole run ",
+        "of one cycle. Intermediate files, spill files and the Delta target are on the one machine's disk, which ",
+        "the driver and executors share.",
+    )
