@@ -17,16 +17,17 @@ The job reads the committed rows once and shuffles once, for all tables:
    events on *identities*: present with its after image, or absent (a delete,
    the old key of an update that moves the key). On a table without a key
    every event also counts +1 (a copy added) or -1 (removed).
-2. Per table and identity (one shuffle), the first event says whether the
-   identity existed before the cycle, the last one decides its final state,
-   and the counts add up. The shuffle partitions on the table and a *salt*:
+2. Per table and identity (one shuffle, then one Arrow sort of each
+   partition on the executor: :mod:`applier.engine.reduce`), the first event
+   says whether the identity existed before the cycle, the last one decides
+   its final state, and the counts add up. The shuffle partitions on the table and a *salt*:
    a table with a small share of the cycle's rows has salt 0, so all its
    identities meet in one partition; a busy table's identities are spread
    by a hash of their key over partitions in proportion to its share
    (:func:`table_spreads`). A cycle over 1,000 tables thus writes about one
    chunk per table, not one per table and partition (eight times as many
    small files, which took most of the compile).
-3. Sorted by table within each partition, the identities become typed chunks
+3. Sorted by table, the identities become typed chunks
    of net changes (:func:`applier.engine.identity.chunk_batches`), one table per
    chunk, written by the executors as files in the cycle's compile folder; the
    driver collects only their list, in one parallel job, and reads a table's
@@ -46,9 +47,9 @@ from collections.abc import Mapping, Sequence
 
 import pyarrow as pa
 from pyspark.sql import DataFrame
-from pyspark.sql import functions as F
 
-from applier.engine.identity import CHUNK_SCHEMA, EVENT_SCHEMA, Checks, chunk_batches, event_batches
+from applier.engine.identity import CHUNK_SCHEMA, EVENT_SCHEMA, Checks, event_batches
+from applier.engine.reduce import net_batches
 from applier.intermediate.schema import TableDef
 
 # Bytes of input per shuffle partition of the compile: large cycles get more
@@ -122,22 +123,12 @@ def net_changes(
         functools.partial(event_batches, definitions, dict(truncates), dict(spreads or {}), list(bounds), checks),
         _ddl(EVENT_SCHEMA),
     )
-    # The salt is a function of the key: grouping on it too changes no group,
-    # and lets the partitioning on (table, salt) serve the grouping unshuffled.
     if partitions is None:
         events = events.repartition("table", "salt")
     else:
         events = events.repartition(partitions, "table", "salt")
-    pos = F.struct("commit_lsn", "lsn")
-    per_identity = events.groupBy("table", "group", "salt", "key").agg(
-        F.min_by("existed", pos).alias("existed"),
-        F.max_by(F.struct("present", "image"), pos).alias("last"),
-        F.sum("n").alias("n"),
-    )
-    finals = per_identity.select("table", "group", "existed", "last.present", "last.image", "n")
-    finals = finals.sortWithinPartitions("table", "group")
-    return finals.mapInArrow(
-        functools.partial(chunk_batches, definitions, frozenset(truncates), folder), _ddl(CHUNK_SCHEMA)
+    return events.mapInArrow(
+        functools.partial(net_batches, definitions, frozenset(truncates), folder), _ddl(CHUNK_SCHEMA)
     )
 
 

@@ -46,10 +46,10 @@ from applier.engine.reading import (
     window_pairs,
 )
 from applier.engine.report import CycleReport, append_report, peak_rss_mib
-from applier.engine.resume_checks import pairs_of_intent, restored_target_error
+from applier.engine.resume_checks import authoritative_checkpoint, pairs_of_intent, restored_target_error
 from applier.engine.session import session_of
 from applier.engine.spill import COMMITTED_PART, SPILL_SUFFIX
-from applier.errors import LateImageRefusal, TargetError
+from applier.errors import LateImageRefusal
 from applier.intermediate.pairs import list_pairs
 from applier.intermediate.stream import StreamValidator
 from applier.planner import plan_cycle
@@ -174,7 +174,7 @@ class Applier:
             local = self.store.load()
             # What every table holds, read once (each Delta table keeps its own log).
             held = self.target.committed_cycles(sorted(local.table_cycles))
-            checkpoint = self._authoritative(local, held)
+            checkpoint = authoritative_checkpoint(self.store, self.target, local, held)
             self._refuse_restored_target(checkpoint, held)
             self.target.check_tables(checkpoint.tables)
             if self.journal is not None:
@@ -206,44 +206,6 @@ class Applier:
         summary.add_cycles(CycleTally.of(self.journal.record.cycles) if self.journal is not None else self.cycles)
         summary.run_key = self.journal.record.run_key if self.journal is not None else None
         return summary
-
-    def _authoritative(self, local: Checkpoint, held: dict[str, int]) -> Checkpoint:
-        """The checkpoint to start from: the target's copy when the local file is missing or older.
-
-        ``held``: the cycle each table of ``local`` holds (``committed_cycles``);
-        the tables of an adopted copy are added to it.
-
-        Raises:
-            TargetError: the target holds a cycle past both (and past an intent
-                under way): applying from them would skip pairs.
-        """
-        copy = self.target.saved_checkpoint()
-        if copy is not None:
-            try:
-                kept = Checkpoint.from_json(copy)
-            except ValueError as e:
-                raise TargetError(f"the target's copy of the checkpoint cannot be read ({e})") from e
-            if kept.cycle_id > local.cycle_id:
-                was = f"held cycle {local.cycle_id}" if self.store.checkpoint_path.exists() else "was missing"
-                log.warning(
-                    "%s %s, the target's copy holds cycle %d (pairs through %d): starting from the copy",
-                    self.store.checkpoint_path,
-                    was,
-                    kept.cycle_id,
-                    kept.applied_seq,
-                )
-                local = self.store.replace(kept)
-        intent = self.store.load_intent()
-        under_way = intent is not None and intent.cycle_id == local.cycle_id + 1
-        held.update(self.target.committed_cycles(sorted(set(local.table_cycles) - set(held))))
-        highest = max(held.values()) if local.table_cycles else self.target.highest_cycle([])
-        if highest > local.cycle_id + under_way:
-            raise TargetError(
-                f"the target holds cycle {highest}, but {self.store.checkpoint_path} holds cycle {local.cycle_id} and "
-                "the target keeps no newer copy: the checkpoint was lost or went back, and applying from it would "
-                "skip pairs; restore checkpoint.json from a backup (see README 'Recovery')"
-            )
-        return local
 
     def _refuse_restored_target(self, checkpoint: Checkpoint, held: Mapping[str, int]) -> None:
         """Refuse to apply on top of tables holding less than the checkpoint recorded: they were restored."""
