@@ -85,6 +85,14 @@ def _cpu_s(pid: int) -> float | None:
         return None
 
 
+def _is_worker_daemon(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as fh:
+            return b"org.apache.spark.deploy.worker.Worker" in fh.read()
+    except OSError:
+        return False
+
+
 class ExecutorCpu:
     """Samples the CPU seconds of every process under the worker daemons ``roots``, until :meth:`stop`."""
 
@@ -96,14 +104,14 @@ class ExecutorCpu:
         self._thread.start()
 
     def _under_roots(self) -> set[int]:
+        """Every process below the roots but the worker daemon JVMs (a root may be the JVM or a wrapper of it)."""
         parents = _parents()
-        daemons = {pid for pid, parent in parents.items() if parent in self.roots} | self.roots  # spark-class, JVM
         found: set[int] = set()
-        frontier = {pid for pid, parent in parents.items() if parent in daemons and pid not in daemons}
+        frontier = {pid for pid, parent in parents.items() if parent in self.roots}
         while frontier:
             found |= frontier
             frontier = {pid for pid, parent in parents.items() if parent in frontier and pid not in found}
-        return found
+        return {pid for pid in found if not _is_worker_daemon(pid)}
 
     def _poll(self) -> None:
         while not self._stop.wait(0.2):
