@@ -106,6 +106,7 @@ def run_applier(
                 summary = _locked_run(config, session, target, max_cycles, on_cycle, run_key, clock)
                 cycles = summary.cycles_run
         except BaseException as e:
+            session.settle()  # a JVM starting in the background prints before the run's error, not after it
             if not isinstance(e, RunLockedError):  # refused by the target's lock: another run's, and nothing changed
                 record_run(config.work_dir, run_key=run_key, started_at=started, finished_at=clock(), cycles=0, error=e)
             raise

@@ -47,7 +47,7 @@ from applier.engine.reading import (
 )
 from applier.engine.report import CycleReport, append_report, peak_rss_mib
 from applier.engine.resume_checks import authoritative_checkpoint, pairs_of_intent, restored_target_error
-from applier.engine.session import session_of
+from applier.engine.session import prefetch, session_of
 from applier.engine.spill import COMMITTED_PART, SPILL_SUFFIX
 from applier.errors import LateImageRefusal
 from applier.intermediate.pairs import list_pairs
@@ -181,6 +181,8 @@ class Applier:
                 self.journal.forget_after(checkpoint.cycle_id)
             # Nothing to do: no pair after the applied one and no cycle under way, so no rebuild and no Spark.
             caught_up = not self._work_ahead(checkpoint)
+            if not caught_up:
+                prefetch(self.spark)  # the JVM starts while the pairs are read
             validator = None if caught_up else self._rebuild(checkpoint)
             while validator is not None and (not max_cycles or summary.cycles_run < max_cycles):
                 cycle = self._next_cycle(checkpoint, validator)

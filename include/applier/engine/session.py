@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import threading
 from collections.abc import Callable
 from typing import Any
 
@@ -60,12 +61,15 @@ def start_spark(config: Config, *, set_master: bool = True) -> Any:
 
 
 class LazySession:
-    """A Spark session started on first use: a run with nothing to do, or refused before its first apply, starts no JVM.
+    """A Spark session started on first use: a run with nothing to do, or refused before reading, starts no JVM.
 
-    Everything a run checks before it applies (the configuration, folders,
-    the target's reachability and state, the first cycle's pairs) takes about
-    a second; starting Spark takes ten to twenty. So the session is started
-    only when a cycle is about to be applied.
+    Everything a run checks before it reads (the configuration, folders, the
+    target's reachability and state, the next pair's header) takes about a
+    second; starting Spark takes five to twenty. Once a run knows it has work,
+    :meth:`prefetch` starts the session in a background thread, so the JVM
+    starts while the driver reads the first cycle's pairs; :meth:`get` waits
+    for it. Started there, PySpark sets no SIGINT handler of its own (it only
+    does on the main thread): Ctrl-C stops the run as any Python program.
 
     Args:
         start: starts (or joins) the session; called at most once.
@@ -74,17 +78,51 @@ class LazySession:
     def __init__(self, start: Callable[[], Any]) -> None:
         self._start = start
         self._session: Any = None
+        self._starting: threading.Thread | None = None
+        self._failed: BaseException | None = None
 
     @property
     def started(self) -> bool:
-        """Whether the session has been started."""
-        return self._session is not None
+        """Whether the session has been started, or is starting."""
+        return self._session is not None or self._starting is not None
+
+    def prefetch(self) -> None:
+        """Start the session in the background, if it is not started yet."""
+        if not self.started:
+            self._starting = threading.Thread(target=self._start_in_background, name="spark-start", daemon=True)
+            self._starting.start()
+
+    def _start_in_background(self) -> None:
+        try:
+            self._session = self._start()
+        except BaseException as e:  # raised to the caller of get()
+            self._failed = e
+
+    def settle(self) -> None:
+        """Wait for a background start to end, whatever its outcome (a run failing before its first apply).
+
+        The JVM prints as it starts: waiting keeps those lines before the
+        run's own last line (its error), which the JVM would otherwise follow.
+        """
+        if self._starting is not None:
+            self._starting.join()
 
     def get(self) -> Any:
-        """The session, started now if it was not yet."""
+        """The session, started now if it was not yet (waiting for a background start)."""
+        if self._starting is not None:
+            self._starting.join()
+            if self._failed is not None:
+                failed, self._failed, self._starting = self._failed, None, None
+                raise failed
         if self._session is None:
             self._session = self._start()
         return self._session
+
+
+def prefetch(spark: Any) -> None:
+    """Have a :class:`LazySession` start in the background (a session already there: nothing to do)."""
+    if isinstance(spark, LazySession):
+        spark.prefetch()
 
 
 def session_of(spark: Any) -> Any:

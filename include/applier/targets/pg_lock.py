@@ -11,8 +11,9 @@ never waits on its own commit.
 
 A refused run names the holder from ``pg_locks`` and ``pg_stat_activity``:
 its ``application_name`` (``applier <name> run, pid <pid> on <host>``), client
-address, backend pid and connection time. When a run dies its connection
-drops and the server frees the lock.
+address, backend pid and connection time. A run that ends unlocks it before
+it closes the connection; when a run dies its connection drops and the server
+frees the lock.
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ LOCK_SPACE = "applier run"
 _MAX_APPLICATION_NAME = 63
 
 _TRY_LOCK = "SELECT pg_try_advisory_lock(hashtext(%s), hashtext(%s))"
+_UNLOCK = "SELECT pg_advisory_unlock(hashtext(%s), hashtext(%s))"
 # Advisory locks of the two-int4 form show their keys as oids, with objsubid 2.
 _HOLDER = """
 SELECT a.application_name, host(a.client_addr), a.client_hostname, l.pid, a.backend_start
@@ -63,6 +65,7 @@ def advisory_run_lock(url: str, configuration_name: str, shown_url: str) -> Iter
         TargetError: the server cannot be reached or refuses the query.
     """
     conn = _connect(url, configuration_name, shown_url)
+    held = False
     try:
         with _errors(shown_url, "take the run lock"):
             row = conn.execute(_TRY_LOCK, [LOCK_SPACE, configuration_name]).fetchone()
@@ -70,9 +73,18 @@ def advisory_run_lock(url: str, configuration_name: str, shown_url: str) -> Iter
                 holder = _holder(conn, configuration_name)
                 lock = f"the PostgreSQL run lock of configuration {configuration_name} on {shown_url}"
                 raise RunLockedError(lock, holder)
+            held = True
         yield
     finally:
-        conn.close()  # the session ends, so the server frees the lock
+        try:
+            if held and not conn.closed:
+                # Freed now: a closed connection's backend frees it only as it exits, after close() returns,
+                # and a run started right after this one could find it still held.
+                conn.execute(_UNLOCK, [LOCK_SPACE, configuration_name])
+        except psycopg.Error:
+            pass  # the connection is gone: the server frees the lock with its session
+        finally:
+            conn.close()
 
 
 def _connect(url: str, configuration_name: str, shown_url: str) -> psycopg.Connection[Any]:

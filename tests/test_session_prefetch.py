@@ -1,0 +1,62 @@
+"""A run that has work starts Spark in the background while it reads; one with nothing to do starts none."""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from applier.engine.run import Applier
+from applier.engine.session import LazySession
+from applier.generate import generate_workload
+from applier.targets import open_target
+from engine_support import assert_target_equals_reference, make_config
+
+
+def test_prefetch_starts_once_in_a_background_thread_and_get_waits_for_it() -> None:
+    calls: list[str] = []
+    release = threading.Event()
+
+    def start() -> str:
+        calls.append(threading.current_thread().name)
+        release.wait(10)
+        return "session"
+
+    lazy = LazySession(start)
+    assert not lazy.started
+    lazy.prefetch()
+    lazy.prefetch()  # already starting: no second start
+    assert lazy.started
+    release.set()
+    assert lazy.get() == "session" and lazy.get() == "session"
+    assert calls == ["spark-start"]
+
+
+def test_a_failed_background_start_is_raised_by_get() -> None:
+    def start() -> Any:
+        raise RuntimeError("Java gateway process exited")
+
+    lazy = LazySession(start)
+    lazy.prefetch()
+    with pytest.raises(RuntimeError, match="gateway"):
+        lazy.get()
+
+
+@pytest.mark.spark
+def test_a_run_with_work_starts_spark_in_the_background_before_its_first_apply(tmp_path: Path, spark: Any) -> None:
+    generate_workload(tmp_path / "in", seed=3, transactions=60, file_size_mb=0.05)
+    config = make_config(tmp_path, tmp_path / "in")
+    where: list[str] = []
+
+    def start() -> Any:
+        where.append(threading.current_thread().name)
+        return spark
+
+    Applier(config, LazySession(start), open_target(config)).run()
+    assert where == ["spark-start"]
+    assert_target_equals_reference(config, tmp_path / "in")
+    again: list[str] = []
+    Applier(config, LazySession(lambda: again.append("started")), open_target(config)).run()
+    assert again == []  # caught up: no Spark
