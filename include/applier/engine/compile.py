@@ -20,7 +20,7 @@ from pyspark.sql import functions as F
 
 from applier.engine.changes import TableChanges
 from applier.engine.compiled import CompiledCycle
-from applier.engine.identity import REFUSED, Checks
+from applier.engine.image_checks import REFUSED, Checks
 from applier.engine.netting import net_changes, table_spreads
 from applier.engine.queue import MemoryQueue
 from applier.errors import LateImageRefusal

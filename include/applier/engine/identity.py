@@ -40,8 +40,8 @@ import msgspec
 import pyarrow as pa
 
 from applier.engine.changes import arrow_type
+from applier.engine.image_checks import Checks, PairRules, refusal
 from applier.engine.worker_path import trim_import_caches
-from applier.intermediate.images import ImageProblem, row_checker
 from applier.intermediate.schema import Column, TableDef, decimal_precision_scale
 
 NET_OP = "__net_op"
@@ -230,53 +230,6 @@ def _events_of_row(
         yield after_key, True, True, 1, after
 
 
-REFUSED = "applier-image-refused"
-"""Marks an executor's refusal of a row image in the text of the failed Spark job (see :func:`check_batch`)."""
-
-Checks = Mapping[int, Mapping[str, TableDef]]
-"""The pairs whose images a compile job checks: seq -> the pair's table definitions (``cdc.tables``)."""
-
-
-def _refusal(seq: int, lsn: int, xid: str, table: str, problem: ImageProblem) -> RuntimeError:
-    where = f"row lsn {lsn} (xid {xid}, table {table})"
-    return RuntimeError(f"{REFUSED} seq={seq}: {where} {problem.detail} [{problem.code}]")
-
-
-class _PairRules:
-    """The image checkers of the pairs of ``checks``, built once per (pair, table) a batch meets."""
-
-    def __init__(self, checks: Checks) -> None:
-        self.checks = checks
-        self._checkers: dict[tuple[int, str], Callable[[str, str | None, str | None], ImageProblem | None]] = {}
-
-    def problem(self, seq: int | None, table: str, op: str, before: Any, after: Any) -> ImageProblem | None:
-        if seq is None or seq not in self.checks:
-            return None
-        checker = self._checkers.get((seq, table))
-        if checker is None:
-            checker = self._checkers[seq, table] = row_checker(self.checks[seq][table])
-        return checker(op, before, after)
-
-
-def check_batch(batch: pa.RecordBatch, checks: Checks) -> None:
-    """Check the images of the rows of ``batch`` whose pair (``seq``) is in ``checks``, as the reader does.
-
-    Each row is judged against its own pair's definitions by the reader's rules
-    (:func:`applier.intermediate.images.row_checker`), so the executors refuse
-    exactly what the reader refuses.
-
-    Raises:
-        RuntimeError: a row breaks the spec; its text is ``applier-image-refused
-            seq=N: row lsn … [code]``, which the driver finds in the failed job's error.
-    """
-    rules = _PairRules(checks)
-    columns = [batch.column(c).to_pylist() for c in ("seq", "table", "op", "before", "after", "lsn", "xid")]
-    for seq, table, op, before, after, lsn, xid in zip(*columns, strict=True):
-        problem = rules.problem(seq, table, op, before, after)
-        if problem is not None:
-            raise _refusal(seq, lsn, xid, table, problem)
-
-
 def event_batch(
     batch: pa.RecordBatch,
     tables: Mapping[str, TableDef],
@@ -304,14 +257,14 @@ def event_batch(
     spreads = spreads or {}
     events: list[tuple[Any, ...]] = []
     names = ["table", "op", "before", "after", "commit_lsn", "lsn"]
-    checking = _PairRules(checks) if checks is not None else None
+    checking = PairRules(checks) if checks is not None else None
     columns = [batch.column(c).to_pylist() for c in ([*names, "seq", "xid"] if checking is not None else names)]
     rules: dict[str, TableRules] = {}  # by name: hashing a TableDef (for rules_of's cache) costs as much as its columns
     for table, op, before, after, commit_lsn, lsn, *where in zip(*columns, strict=True):
         if checking is not None:
             problem = checking.problem(where[0], table, op, before, after)
             if problem is not None:
-                raise _refusal(where[0], lsn, where[1], table, problem)
+                raise refusal(where[0], lsn, where[1], table, problem)
             if commit_lsn is None:
                 continue
         if op == "T":

@@ -48,7 +48,8 @@ from collections.abc import Mapping, Sequence
 import pyarrow as pa
 from pyspark.sql import DataFrame
 
-from applier.engine.identity import CHUNK_SCHEMA, EVENT_SCHEMA, Checks, event_batches
+from applier.engine.identity import CHUNK_SCHEMA, EVENT_SCHEMA, event_batches
+from applier.engine.image_checks import Checks
 from applier.engine.reduce import net_batches
 from applier.intermediate.schema import TableDef
 
@@ -107,7 +108,7 @@ def net_changes(
         bounds: the commit lsn each compilable group after the first starts
             at; each group's net changes are kept apart (none: one group).
         checks: the pairs whose images the job checks (seq -> their definitions;
-            :func:`applier.engine.identity.check_batch`): ``rows`` then holds
+            :func:`applier.engine.image_checks.check_batch`): ``rows`` then holds
             every row of those pairs, with ``seq`` and ``xid``, and a null
             ``commit_lsn`` for a transaction not committed here. None: every
             row is committed and checked before.
