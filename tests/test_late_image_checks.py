@@ -20,7 +20,6 @@ import pytest
 
 from applier.engine.checkpoint import CheckpointStore
 from applier.engine.identity import event_batch
-from applier.engine.image_checks import check_batch
 from applier.errors import IntermediateFileError
 from applier.intermediate.schema import parse_table_def
 from engine_support import make_config, run, target_tables
@@ -39,6 +38,10 @@ def test_the_executors_refuse_what_the_reader_refuses_naming_the_pair_and_row() 
     good = row(11, "t1", "I", after={"id": 1, "owner": "ann", "balance": "1.50"})
     bad = row(12, "t2", "I", after=BAD)
     checks = {2: {"bank.accounts": ACCOUNTS_DEF}}
+
+    def check_batch(batch: pa.RecordBatch, checks: dict[int, Any]) -> None:  # the compile's first step
+        event_batch(batch, {"bank.accounts": ACCOUNTS_DEF}, {}, checks=checks)
+
     check_batch(_batch([good], [2], [13]), checks)  # a good row passes
     check_batch(_batch([bad], [5], [None]), checks)  # a pair not to be checked is not
     with pytest.raises(RuntimeError) as refused:

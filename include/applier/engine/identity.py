@@ -242,8 +242,10 @@ def event_batch(
 
     With ``checks``, the batch holds every row of the pairs read (``seq`` and
     ``xid`` too, ``commit_lsn`` null for a row of a transaction not committed
-    here): the images of the pairs in ``checks`` are checked as by
-    :func:`check_batch`, in the same pass, and only the committed rows give events.
+    here): the images of the pairs in ``checks`` are checked in the same pass
+    (:class:`~applier.engine.image_checks.PairRules`; a refusal raises
+    :func:`~applier.engine.image_checks.refusal`'s error), and only the
+    committed rows give events.
 
     ``T`` rows, and rows at or before their table's last truncate, give none:
     the target empties the table first. An event's ``salt`` spreads a busy

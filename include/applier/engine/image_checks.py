@@ -14,13 +14,11 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any
 
-import pyarrow as pa
-
 from applier.intermediate.images import ImageProblem, row_checker
 from applier.intermediate.schema import TableDef
 
 REFUSED = "applier-image-refused"
-"""Marks an executor's refusal of a row image in the text of the failed Spark job (see :func:`check_batch`)."""
+"""Marks an executor's refusal of a row image in the text of the failed Spark job (see :func:`refusal`)."""
 
 Checks = Mapping[int, Mapping[str, TableDef]]
 """The pairs whose images a compile job checks: seq -> the pair's table definitions (``cdc.tables``)."""
@@ -33,7 +31,12 @@ def refusal(seq: int, lsn: int, xid: str, table: str, problem: ImageProblem) -> 
 
 
 class PairRules:
-    """The image checkers of the pairs of ``checks``, built once per (pair, table) a batch meets."""
+    """The image checkers of the pairs of ``checks``, built once per (pair, table) a batch meets.
+
+    :func:`applier.engine.identity.event_batch` asks it of every row as it
+    decodes them: a row of a pair not in ``checks`` (checked before, or a
+    buffered row) has no problem.
+    """
 
     def __init__(self, checks: Checks) -> None:
         self.checks = checks
@@ -46,22 +49,3 @@ class PairRules:
         if checker is None:
             checker = self._checkers[seq, table] = row_checker(self.checks[seq][table])
         return checker(op, before, after)
-
-
-def check_batch(batch: pa.RecordBatch, checks: Checks) -> None:
-    """Check the images of the rows of ``batch`` whose pair (``seq``) is in ``checks``, as the reader does.
-
-    Each row is judged against its own pair's definitions by the reader's rules
-    (:func:`applier.intermediate.images.row_checker`), so the executors refuse
-    exactly what the reader refuses.
-
-    Raises:
-        RuntimeError: a row breaks the spec; its text is ``applier-image-refused
-            seq=N: row lsn … [code]``, which the driver finds in the failed job's error.
-    """
-    rules = PairRules(checks)
-    columns = [batch.column(c).to_pylist() for c in ("seq", "table", "op", "before", "after", "lsn", "xid")]
-    for seq, table, op, before, after, lsn, xid in zip(*columns, strict=True):
-        problem = rules.problem(seq, table, op, before, after)
-        if problem is not None:
-            raise refusal(seq, lsn, xid, table, problem)

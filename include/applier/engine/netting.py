@@ -108,7 +108,7 @@ def net_changes(
         bounds: the commit lsn each compilable group after the first starts
             at; each group's net changes are kept apart (none: one group).
         checks: the pairs whose images the job checks (seq -> their definitions;
-            :func:`applier.engine.image_checks.check_batch`): ``rows`` then holds
+            :class:`applier.engine.image_checks.PairRules`): ``rows`` then holds
             every row of those pairs, with ``seq`` and ``xid``, and a null
             ``commit_lsn`` for a transaction not committed here. None: every
             row is committed and checked before.
