@@ -19,7 +19,7 @@ import pyarrow as pa
 import pytest
 
 from applier.engine.checkpoint import CheckpointStore
-from applier.engine.identity import event_batch
+from applier.engine.events import event_batch
 from applier.errors import IntermediateFileError
 from applier.intermediate.schema import parse_table_def
 from engine_support import make_config, run, target_tables

@@ -5,7 +5,7 @@ of a refused cycle: dozens of groups of a few transactions each. A Spark job
 costs about 0.8 s whatever its size, so finding one bad transaction among
 1,000 took 40 s, nearly all of it job overhead. Below :data:`LOCAL_ROWS`
 rows a part is compiled here instead, by the very functions the executors
-run (:func:`~applier.engine.identity.event_batch` before the shuffle,
+run (:func:`~applier.engine.events.event_batch` before the shuffle,
 :func:`~applier.engine.identity.chunk_batches` after it); only the
 aggregation per identity between them, Spark's ``groupBy``, is pyarrow's:
 
@@ -28,7 +28,8 @@ import pyarrow.compute as pc
 
 from applier.engine.buffers import BufferedTxn
 from applier.engine.compiled import CompiledCycle
-from applier.engine.identity import CHUNK_SCHEMA, chunk_batches, event_batch
+from applier.engine.events import event_batch
+from applier.engine.identity import CHUNK_SCHEMA, chunk_batches
 from applier.engine.reading import CycleInput, open_rows, read_dat, spill_inputs
 from applier.engine.spill import read_spill
 from applier.intermediate.pairs import DAT_COLUMNS

@@ -4,8 +4,9 @@ The compile job (:mod:`applier.engine.netting`) runs two Python steps inside
 Spark (``mapInArrow``), both here as plain functions of Arrow batches so they
 can be tested without Spark:
 
-- :func:`event_batches`: each committed row becomes one or two *events* on an
-  identity (the typed primary key, or the whole row of a table without one).
+- :func:`applier.engine.events.event_batches` (its own module): each committed
+  row becomes one or two *events* on an identity (the typed primary key, or the
+  whole row of a table without one), computed by :meth:`TableRules.key`.
 - :func:`chunk_batches`: per table and identity, the aggregated last event
   becomes a net insert, update or delete (or a signed count of copies), and the
   final images are parsed into the table's typed Arrow columns, written as
@@ -24,14 +25,12 @@ values are equal, so ``"1.5"`` and ``"1.50"`` in a ``decimal(p,1)`` column,
 
 from __future__ import annotations
 
-import bisect
 import datetime as dt
 import decimal
 import functools
 import math
 import operator
 import uuid
-import zlib
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -40,7 +39,6 @@ import msgspec
 import pyarrow as pa
 
 from applier.engine.changes import arrow_type
-from applier.engine.image_checks import Checks, PairRules, refusal
 from applier.engine.worker_path import trim_import_caches
 from applier.intermediate.schema import Column, TableDef, decimal_precision_scale
 
@@ -51,20 +49,6 @@ COUNT = "__n"
 CHUNK_ROWS = 32_768
 """Rows per chunk file, so the driver reads a large table's changes in pieces."""
 
-EVENT_SCHEMA = pa.schema(
-    [
-        ("table", pa.string()),
-        ("key", pa.binary()),
-        ("commit_lsn", pa.int64()),
-        ("lsn", pa.int64()),
-        ("present", pa.bool_()),
-        ("existed", pa.bool_()),
-        ("n", pa.int32()),
-        ("image", pa.string()),
-        ("salt", pa.int32()),
-        ("group", pa.int32()),
-    ]
-)
 CHUNK_SCHEMA = pa.schema(
     [
         ("table", pa.string()),
@@ -179,13 +163,26 @@ class TableRules:
 
     def key(self, image: str) -> bytes:
         """The canonical identity of an image, as bytes (equal exactly for equal typed values)."""
+        return self.key_of(image)
+
+    @functools.cached_property
+    def key_of(self) -> Callable[[str], bytes]:
+        """:meth:`key` as one function built for this table: without a canonical form to apply, two C calls."""
         decoder, fields = self._identity
-        decoded = decoder.decode(image)
-        values = []
-        for name, canonical in fields:
-            value = getattr(decoded, name)
-            values.append(value if canonical is None or value is None else canonical(value))
-        return _encode(values)
+        decode, encode = decoder.decode, _encode
+        get = operator.attrgetter(*(name for name, _ in fields))
+        if all(canonical is None for _, canonical in fields):
+            if len(fields) == 1:
+                return lambda image: encode((get(decode(image)),))
+            return lambda image: encode(get(decode(image)))
+        canonicals = [canonical for _, canonical in fields]
+
+        def key(image: str) -> bytes:
+            values = get(decode(image))
+            values = (values,) if len(canonicals) == 1 else values
+            return encode([v if c is None or v is None else c(v) for v, c in zip(values, canonicals, strict=True)])
+
+        return key
 
     @functools.cached_property
     def _values(self) -> Callable[[Any], tuple[Any, ...]]:
@@ -206,101 +203,6 @@ class TableRules:
 def rules_of(table: TableDef) -> TableRules:
     """The rules of a table definition, built once per Python worker."""
     return TableRules(table)
-
-
-def _events_of_row(
-    rules: TableRules, op: str, before: str | None, after: str | None
-) -> Iterator[tuple[bytes, bool, bool, int, str]]:
-    """``(key, present, existed, n, image)`` for each event of one row (not a ``T``)."""
-    if op == "I":
-        assert after is not None
-        yield rules.key(after), True, False, 1, after
-        return
-    assert before is not None
-    before_key = rules.key(before)
-    if op == "D":
-        yield before_key, False, True, -1, before
-        return
-    assert after is not None
-    after_key = rules.key(after)
-    if rules.keyless or after_key != before_key:  # a row value of a keyless table is its identity
-        yield before_key, False, True, -1, before
-        yield after_key, True, False, 1, after
-    else:
-        yield after_key, True, True, 1, after
-
-
-def event_batch(
-    batch: pa.RecordBatch,
-    tables: Mapping[str, TableDef],
-    truncates: Mapping[str, tuple[int, int]],
-    spreads: Mapping[str, int] | None = None,
-    bounds: Sequence[int] = (),
-    checks: Checks | None = None,
-) -> pa.RecordBatch:
-    """The events of a batch of committed rows (``.dat`` columns plus ``commit_lsn``).
-
-    With ``checks``, the batch holds every row of the pairs read (``seq`` and
-    ``xid`` too, ``commit_lsn`` null for a row of a transaction not committed
-    here): the images of the pairs in ``checks`` are checked in the same pass
-    (:class:`~applier.engine.image_checks.PairRules`; a refusal raises
-    :func:`~applier.engine.image_checks.refusal`'s error), and only the
-    committed rows give events.
-
-    ``T`` rows, and rows at or before their table's last truncate, give none:
-    the target empties the table first. An event's ``salt`` spreads a busy
-    table's identities over ``spreads[table]`` shuffle partitions (a hash of
-    the key, the same in every process); it is 0 for every other table, whose
-    identities all meet in one partition and become one chunk. Its ``group``
-    is the compilable group of its transaction: groups are runs of commit
-    order, and ``bounds`` holds the commit lsn each group after the first
-    starts at (none: one group, 0).
-    """
-    spreads = spreads or {}
-    events: list[tuple[Any, ...]] = []
-    names = ["table", "op", "before", "after", "commit_lsn", "lsn"]
-    checking = PairRules(checks) if checks is not None else None
-    columns = [batch.column(c).to_pylist() for c in ([*names, "seq", "xid"] if checking is not None else names)]
-    rules: dict[str, TableRules] = {}  # by name: hashing a TableDef (for rules_of's cache) costs as much as its columns
-    for table, op, before, after, commit_lsn, lsn, *where in zip(*columns, strict=True):
-        if checking is not None:
-            problem = checking.problem(where[0], table, op, before, after)
-            if problem is not None:
-                raise refusal(where[0], lsn, where[1], table, problem)
-            if commit_lsn is None:
-                continue
-        if op == "T":
-            continue
-        cut = truncates.get(table)
-        if cut is not None and (commit_lsn, lsn) <= cut:
-            continue
-        spread = spreads.get(table, 1)
-        group = bisect.bisect_right(bounds, commit_lsn) if bounds else 0
-        table_rules = rules.get(table)
-        if table_rules is None:
-            table_rules = rules[table] = rules_of(tables[table])
-        for key, present, existed, n, image in _events_of_row(table_rules, op, before, after):
-            salt = zlib.crc32(key) % spread if spread > 1 else 0
-            events.append((table, key, commit_lsn, lsn, present, existed, n, image, salt, group))
-    by_field: Iterable[Sequence[Any]] = zip(*events, strict=True) if events else ([] for _ in EVENT_SCHEMA)
-    return pa.RecordBatch.from_arrays(
-        [pa.array(list(values), field.type) for values, field in zip(by_field, EVENT_SCHEMA, strict=True)],
-        schema=EVENT_SCHEMA,
-    )
-
-
-def event_batches(
-    tables: Mapping[str, TableDef],
-    truncates: Mapping[str, tuple[int, int]],
-    spreads: Mapping[str, int],
-    bounds: Sequence[int],
-    checks: Checks | None,
-    batches: Iterable[pa.RecordBatch],
-) -> Iterator[pa.RecordBatch]:
-    """:func:`event_batch` over a partition (the ``mapInArrow`` function, with its settings bound)."""
-    trim_import_caches()
-    for batch in batches:
-        yield event_batch(batch, tables, truncates, spreads, bounds, checks)
 
 
 def final_table(rules: TableRules, truncated: bool, rows: pa.Table) -> pa.Table:
@@ -352,9 +254,9 @@ def _chunk(folder: str, table: TableDef, group: int, rows: pa.Table) -> pa.Recor
 def chunk_batches(
     tables: Mapping[str, TableDef], truncated: frozenset[str], folder: str, batches: Iterable[pa.RecordBatch]
 ) -> Iterator[pa.RecordBatch]:
-    """Typed chunks of net changes from aggregated identities sorted by table and group (the ``mapInArrow`` function).
+    """Typed chunks of net changes from aggregated identities grouped by table and group (the ``mapInArrow`` function).
 
-    Rows arrive grouped by table and group (the partition is sorted on them);
+    Rows arrive grouped by table and group (:func:`~applier.engine.reduce.net_identities`);
     each run of one table and group is cut into chunks of at most
     :data:`CHUNK_ROWS` identities, each written to a file of its own in
     ``folder`` (an Arrow IPC stream) and described by one output row: the

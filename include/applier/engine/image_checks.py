@@ -3,7 +3,7 @@
 The driver reads a cycle's pairs without decoding their images
 (:mod:`applier.engine.reading`); the compile job's first Python step checks
 every row of them against its own pair's definitions with the reader's rules
-(:func:`applier.intermediate.images.row_checker`), so the executors refuse
+(:func:`applier.intermediate.images.rows_checker`), so the executors refuse
 exactly what the reader refuses. A refusal fails the job with a text the driver
 finds (:data:`REFUSED`) and turns into a
 :class:`~applier.errors.LateImageRefusal`.
@@ -11,10 +11,10 @@ finds (:data:`REFUSED`) and turns into a
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
-from applier.intermediate.images import ImageProblem, row_checker
+from applier.intermediate.images import ImageProblem, RowsChecker, first_problem, rows_checker
 from applier.intermediate.schema import TableDef
 
 REFUSED = "applier-image-refused"
@@ -33,19 +33,27 @@ def refusal(seq: int, lsn: int, xid: str, table: str, problem: ImageProblem) -> 
 class PairRules:
     """The image checkers of the pairs of ``checks``, built once per (pair, table) a batch meets.
 
-    :func:`applier.engine.identity.event_batch` asks it of every row as it
-    decodes them: a row of a pair not in ``checks`` (checked before, or a
-    buffered row) has no problem.
+    :func:`applier.engine.events.event_batch` asks it for the first wrong
+    row of each batch before it decodes the rows: a row of a pair not in
+    ``checks`` (checked before, or a buffered row) has no problem.
     """
 
     def __init__(self, checks: Checks) -> None:
         self.checks = checks
-        self._checkers: dict[tuple[int, str], Callable[[str, str | None, str | None], ImageProblem | None]] = {}
+        self._checkers: dict[tuple[int, str], RowsChecker] = {}
 
-    def problem(self, seq: int | None, table: str, op: str, before: Any, after: Any) -> ImageProblem | None:
+    def first_problem(
+        self, seqs: Sequence[int | None], tables: Sequence[str], ops: Sequence[str], befores: Sequence[Any],
+        afters: Sequence[Any],
+    ) -> tuple[int, ImageProblem] | None:  # fmt: skip
+        """The first row (its index) whose images break its pair's definitions, and what is wrong; None: none."""
+        return first_problem(list(zip(seqs, tables, strict=True)), ops, befores, afters, self._checker)
+
+    def _checker(self, where: tuple[int | None, str]) -> RowsChecker | None:
+        seq, table = where
         if seq is None or seq not in self.checks:
             return None
         checker = self._checkers.get((seq, table))
         if checker is None:
-            checker = self._checkers[seq, table] = row_checker(self.checks[seq][table])
-        return checker(op, before, after)
+            checker = self._checkers[seq, table] = rows_checker(self.checks[seq][table])
+        return checker

@@ -7,7 +7,7 @@ DataFrame; positions are compared explicitly.
 
 The job reads the committed rows once and shuffles once, for all tables:
 
-1. In Python on the executors (:func:`applier.engine.identity.event_batches`),
+1. In Python on the executors (:func:`applier.engine.events.event_batches`),
    the images of the pairs not checked yet are checked against their pair's
    definitions (the reader's rules: a refusal fails the job, and the driver
    re-reads with its own checks to cut the cycle there), the rows of
@@ -48,7 +48,8 @@ from collections.abc import Mapping, Sequence
 import pyarrow as pa
 from pyspark.sql import DataFrame
 
-from applier.engine.identity import CHUNK_SCHEMA, EVENT_SCHEMA, event_batches
+from applier.engine.events import EVENT_SCHEMA, event_batches
+from applier.engine.identity import CHUNK_SCHEMA
 from applier.engine.image_checks import Checks
 from applier.engine.reduce import net_batches
 from applier.intermediate.schema import TableDef

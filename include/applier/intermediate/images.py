@@ -11,15 +11,17 @@ checking parsed JSON in Python, which matters at millions of rows.
 from __future__ import annotations
 
 import functools
+import operator
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import msgspec
 import pyarrow as pa
+import pyarrow.compute as pc
 
-from applier.intermediate.schema import Column, TableDef, value_type
+from applier.intermediate.schema import Column, TableDef, value_pattern, value_type
 
 _NEEDS = {"I": (False, True), "U": (True, True), "D": (True, False), "T": (False, False)}
 _NEED_TEXT = {"I": "only an after image", "U": "both images", "D": "only a before image", "T": "no image"}
@@ -35,8 +37,8 @@ class ImageProblem(ValueError):
         super().__init__(detail)
 
 
-def _field(i: int, col: Column, required: bool) -> tuple[Any, ...]:
-    kind = value_type(col.type)
+def _field(i: int, col: Column, required: bool, quick: bool) -> tuple[Any, ...]:
+    kind = str if quick and value_pattern(col.type) is not None else value_type(col.type)
     if col.nullable:
         kind = kind | None
     if required:
@@ -45,11 +47,11 @@ def _field(i: int, col: Column, required: bool) -> tuple[Any, ...]:
     return (f"c{i}", kind | msgspec.UnsetType, msgspec.UNSET)
 
 
-def _decoder(table: TableDef, required: set[str]) -> msgspec.json.Decoder[Any]:
+def _decoder(table: TableDef, required: set[str], quick: bool = False) -> msgspec.json.Decoder[Any]:
     # Columns are named c0, c1... with a rename, so any column name works and
     # required fields come first, as Python's struct fields must.
     order = sorted(range(len(table.columns)), key=lambda i: table.columns[i].name not in required)
-    fields = [_field(i, table.columns[i], table.columns[i].name in required) for i in order]
+    fields = [_field(i, table.columns[i], table.columns[i].name in required, quick) for i in order]
     rename = {f"c{i}": col.name for i, col in enumerate(table.columns)}
     struct = msgspec.defstruct("Image", fields, rename=rename, forbid_unknown_fields=True)
     return msgspec.json.Decoder(struct)
@@ -59,13 +61,26 @@ def _decoder(table: TableDef, required: set[str]) -> msgspec.json.Decoder[Any]:
 class _TableRules:
     after: msgspec.json.Decoder[Any]
     before: msgspec.json.Decoder[Any]
+    # The same with text-encoded columns (dates, timestamps, binaries, decimals) as any string: their
+    # patterns are matched a column at a time (_quick_pass), not by msgspec value by value with Python's re.
+    quick_after: msgspec.json.Decoder[Any]
+    quick_before: msgspec.json.Decoder[Any]
+    patterns: tuple[tuple[str, str], ...]  # (field, anchored pattern) of the text-encoded columns
 
     @staticmethod
     @functools.lru_cache(maxsize=4096)
     def of(table: TableDef) -> _TableRules:
         """The rules of a definition, built once per process (building costs more than checking a small pair)."""
         every = set(table.column_names)
-        return _TableRules(after=_decoder(table, every), before=_decoder(table, set(table.primary_key) or every))
+        keys = set(table.primary_key) or every
+        patterns = ((f"c{i}", value_pattern(c.type)) for i, c in enumerate(table.columns))
+        return _TableRules(
+            after=_decoder(table, every),
+            before=_decoder(table, keys),
+            quick_after=_decoder(table, every, quick=True),
+            quick_before=_decoder(table, keys, quick=True),
+            patterns=tuple((field, f"^{pattern}$") for field, pattern in patterns if pattern is not None),
+        )
 
 
 def _explain(e: msgspec.MsgspecError, label: str) -> ImageProblem:
@@ -99,24 +114,88 @@ def _check_row(op: str, before: str | None, after: str | None, rules: _TableRule
         raise _explain(e, label) from None
 
 
-def row_checker(table: TableDef) -> Callable[[str, str | None, str | None], ImageProblem | None]:
-    """What is wrong with a row's images against ``table`` (None: nothing), as :func:`check_images` judges.
+def _quick_pass(
+    ops: Sequence[str], befores: Sequence[str | None], afters: Sequence[str | None], rules: _TableRules
+) -> bool:
+    """Whether every row surely passes :func:`_check_row` (False: it must check them one by one).
+
+    The images are decoded with the text-encoded columns as any string, then
+    each such column's values are matched at once by RE2 (pyarrow), with the
+    same expressions as the exact decoders (:func:`~applier.intermediate.schema.value_pattern`).
+    A miss only sends the rows to the exact check, which decides and says what is wrong.
+    """
+    decoded: tuple[list[Any], list[Any]] = ([], [])
+    try:
+        for op, before, after in zip(ops, befores, afters, strict=True):
+            wants_before, wants_after = _NEEDS[op]
+            if (before is not None) != wants_before or (after is not None) != wants_after:
+                return False
+            if after is not None:
+                decoded[0].append(rules.quick_after.decode(after))
+            if before is not None:
+                decoded[1].append(rules.quick_before.decode(before))
+    except msgspec.MsgspecError:
+        return False
+    for field, pattern in rules.patterns:
+        for images in decoded:
+            values = [v if isinstance(v, str) else None for v in map(operator.attrgetter(field), images)]
+            if values and pc.match_substring_regex(pa.array(values, pa.string()), pattern).false_count:
+                return False
+    return True
+
+
+RowsChecker = Callable[[Sequence[str], Sequence[str | None], Sequence[str | None]], tuple[int, ImageProblem] | None]
+"""Rows of one table in, the first wrong one (its index in the rows, and what is wrong) or None out."""
+
+
+def rows_checker(table: TableDef) -> RowsChecker:
+    """What is wrong with rows' images against ``table``, as :func:`check_images` judges: the first row wrong.
 
     For checks made away from the pair (Spark's executors check the rows they
     compile): the rules are built once per definition in each process, and
     the checker is kept by the caller (hashing a definition costs as much as
-    its columns).
+    its columns). Rows are checked in bulk first (:func:`_quick_pass`), one by
+    one only when that finds something.
     """
     rules = _TableRules.of(table)
 
-    def problem(op: str, before: str | None, after: str | None) -> ImageProblem | None:
-        try:
-            _check_row(op, before, after, rules)
-        except ImageProblem as e:
-            return e
+    def first_problem(
+        ops: Sequence[str], befores: Sequence[str | None], afters: Sequence[str | None]
+    ) -> tuple[int, ImageProblem] | None:
+        if _quick_pass(ops, befores, afters, rules):
+            return None
+        for i, (op, before, after) in enumerate(zip(ops, befores, afters, strict=True)):
+            try:
+                _check_row(op, before, after, rules)
+            except ImageProblem as e:
+                return i, e
         return None
 
-    return problem
+    return first_problem
+
+
+def first_problem(
+    keys: Sequence[Hashable], ops: Sequence[str], befores: Sequence[Any], afters: Sequence[Any],
+    checker_of: Callable[[Any], RowsChecker | None],
+) -> tuple[int, ImageProblem] | None:  # fmt: skip
+    """The first row with a problem among rows of many tables (or pairs), each checked with its own rules.
+
+    Rows are grouped by ``keys[i]`` (a table, or a pair and table) and each
+    group checked in bulk by ``checker_of(key)`` (None: not checked); the
+    first problem in row order wins, as a row-by-row check would find it.
+    """
+    groups: dict[Hashable, list[int]] = {}
+    for i, key in enumerate(keys):
+        groups.setdefault(key, []).append(i)
+    found: tuple[int, ImageProblem] | None = None
+    for key, rows in groups.items():
+        checker = checker_of(key)
+        if checker is None:
+            continue
+        wrong = checker([ops[i] for i in rows], [befores[i] for i in rows], [afters[i] for i in rows])
+        if wrong is not None and (found is None or rows[wrong[0]] < found[0]):
+            found = rows[wrong[0]], wrong[1]
+    return found
 
 
 def check_images(data: pa.Table, tables: dict[str, TableDef]) -> None:
@@ -128,13 +207,11 @@ def check_images(data: pa.Table, tables: dict[str, TableDef]) -> None:
         tables: the pair's table definitions.
 
     Raises:
-        ImageProblem: naming the row (lsn, xid, table) and what is wrong.
+        ImageProblem: naming the first wrong row (lsn, xid, table) and what is wrong.
     """
     names, ops, befores, afters = (data[c].to_pylist() for c in ("table", "op", "before", "after"))
-    rules = {name: _TableRules.of(tables[name]) for name in set(names)}  # the tables with rows, not all described
-    for i, (name, op, before, after) in enumerate(zip(names, ops, befores, afters, strict=True)):
-        try:
-            _check_row(op, before, after, rules[name])
-        except ImageProblem as e:
-            lsn, xid = data["lsn"][i].as_py(), data["xid"][i].as_py()
-            raise ImageProblem(e.code, f"row lsn {lsn} (xid {xid}, table {name}) {e.detail}") from None
+    wrong = first_problem(names, ops, befores, afters, lambda name: rows_checker(tables[name]))
+    if wrong is not None:
+        i, e = wrong
+        lsn, xid = data["lsn"][i].as_py(), data["xid"][i].as_py()
+        raise ImageProblem(e.code, f"row lsn {lsn} (xid {xid}, table {names[i]}) {e.detail}")

@@ -184,30 +184,38 @@ def decimal_pattern(precision: int, scale: int) -> str:
     return f"-?{integer}{fraction}"
 
 
-def _text(pattern: str) -> Any:
-    return Annotated[str, msgspec.Meta(pattern=f"^(?:{pattern})$")]
-
-
 _VALUE_TYPES: dict[str, Any] = {
     "boolean": bool,
     "int": Annotated[int, msgspec.Meta(ge=INT32_MIN, le=INT32_MAX)],
     "bigint": Annotated[int, msgspec.Meta(ge=INT64_MIN, le=INT64_MAX)],
     "double": float | Literal["NaN", "Infinity", "-Infinity"],
     "string": str,
-    "date": _text(DATE_PATTERN),
-    "timestamp": _text(TIMESTAMP_PATTERN),
-    "binary": _text(BINARY_PATTERN),
 }
+_TEXT_PATTERNS = {"date": DATE_PATTERN, "timestamp": TIMESTAMP_PATTERN, "binary": BINARY_PATTERN}
+
+
+def value_pattern(type_name: str) -> str | None:
+    """The regular expression a JSON string of ``type_name`` must match whole (None: not a text-encoded type).
+
+    Dates, timestamps, binaries and decimals are JSON strings of a given form.
+    The expression is not anchored, and reads the same in Python's ``re`` and
+    in RE2 (ASCII classes, groups, counted repeats): anchor it with ``^...\\Z``
+    in Python (its ``$`` also matches before a final newline) and ``^...$`` in RE2.
+    """
+    ps = decimal_precision_scale(type_name)
+    pattern = decimal_pattern(*ps) if ps is not None else _TEXT_PATTERNS.get(type_name)
+    return None if pattern is None else f"(?:{pattern})"
 
 
 def value_type(type_name: str) -> Any:
     """The msgspec type that accepts exactly the spec's JSON encoding of ``type_name``.
 
     Decoding is strict: no number for a string, no string for a number, no
-    boolean for an integer; doubles accept numbers and the three special strings.
+    boolean for an integer; doubles accept numbers and the three special strings;
+    a text-encoded value matches its form whole (not even a newline after it).
     """
-    ps = decimal_precision_scale(type_name)
-    return _text(decimal_pattern(*ps)) if ps is not None else _VALUE_TYPES[type_name]
+    pattern = value_pattern(type_name)
+    return _VALUE_TYPES[type_name] if pattern is None else Annotated[str, msgspec.Meta(pattern=f"^{pattern}\\Z")]
 
 
 def value_checker(type_name: str) -> Callable[[Any], bool]:
