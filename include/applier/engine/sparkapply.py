@@ -259,7 +259,10 @@ def _compile_in_spark(
     checks = dict(cycle.unchecked) or None  # the first job of the cycle checks its pairs' images
     rows = _committed_input(spark, cycle, taken, memory_file, checks=checks is not None)
     assert rows is not None  # _has_input said so
-    commits = spark.createDataFrame(sorted(cycle.commits.items()), "xid string, commit_lsn long")
+    # As an Arrow table, the commit map goes to the JVM in one piece; a list of tuples took a Python job to unpickle.
+    xids = sorted(cycle.commits)
+    lsns = pa.array([cycle.commits[x] for x in xids], pa.int64())
+    commits = spark.createDataFrame(pa.table({"xid": pa.array(xids, pa.string()), "commit_lsn": lsns}))
     input_bytes = cycle.bytes + sum(t.bytes for t in taken.values())
     partitions = compile_partitions(input_bytes, int(spark.conf.get("spark.sql.shuffle.partitions")))
     compile_cycle(
