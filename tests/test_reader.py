@@ -42,6 +42,16 @@ def _insert(after: object, xid: str = "t3") -> Callable[[Path], None]:
     return _pair2([row(21, xid, "I", after=after)])
 
 
+_TS = "2026-11-21T10:00:00.000000Z"
+_ARABIC_INDIC_TWO = "\u0662"  # a digit to the \\d of Python's re, not to the spec
+_LSNS = {"header_changes": {"first_lsn": 20, "last_lsn": 22}}  # the header right, so the events are what is wrong
+
+
+def _join_event_lines(trn: Path) -> None:
+    header, *events = trn.read_text().splitlines()
+    trn.write_text("\n".join([header, ",".join(events)]) + "\n")
+
+
 ACCOUNTS_RETYPED = {
     "bank.accounts": {
         **ACCOUNTS,
@@ -70,6 +80,13 @@ DEFECTS: dict[str, tuple[str, Callable[[Path], None]]] = {
     ),
     "dat-missing": ("dat-missing", lambda d: (_pair2()(d), (d / "000000000002.dat").unlink())),
     "event-bad-ts": ("event-invalid", _pair2(events=[{**EVENTS_T3[0], "ts": "yesterday"}, EVENTS_T3[1]])),
+    # A file's events are first decoded at once; each of these must still be refused, line by line.
+    "event-ts-other-digits": ("event-invalid", _pair2(events=[{**EVENTS_T3[0], "ts": _ARABIC_INDIC_TWO + _TS[1:]}])),
+    "event-lsn-boolean": ("event-invalid", _pair2(events=[EVENTS_T3[0], {**EVENTS_T3[1], "lsn": True}], **_LSNS)),
+    "event-lsn-float": ("event-invalid", _pair2(events=[EVENTS_T3[0], {**EVENTS_T3[1], "lsn": 22.0}], **_LSNS)),
+    "event-xid-empty": ("event-invalid", _pair2(events=[{**EVENTS_T3[0], "xid": ""}, EVENTS_T3[1]])),
+    "event-record-unknown": ("event-invalid", _pair2(events=[EVENTS_T3[0], {**EVENTS_T3[1], "record": "prepare"}])),
+    "event-two-on-a-line": ("event-invalid", lambda d: (_pair2()(d), _join_event_lines(d / "000000000002.trn"))),
     "event-lsn-order": (
         "lsn-out-of-order",
         _pair2(events=[event("begin", "t3", 20), event("begin", "t4", 19), event("commit", "t3", 22)]),

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any, TypeGuard
 
 import msgspec
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
@@ -35,7 +36,8 @@ from applier.intermediate.schema import SchemaError, TableDef, check_table_name,
 
 EVENT_RECORDS = frozenset({"begin", "commit", "rollback"})
 _decode_json = msgspec.json.Decoder().decode
-_TS_TEXT = re.compile(r"\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(\.\d{1,6})?Z")
+_TS_FORM = r"[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}(?:\.[0-9]{1,6})?Z"  # Python's re and RE2 alike
+_TS_TEXT = re.compile(_TS_FORM)
 _SHA256 = re.compile(r"[0-9a-f]{64}")
 # The columns the stream checks read; the images are read to be checked or measured.
 _STREAM_COLUMNS = ("lsn", "xid", "table", "op")
@@ -62,14 +64,16 @@ class Header:
     created_at: str
 
 
-@dataclass(frozen=True)
-class Event:
-    """A transaction event of a ``.trn`` file."""
+class Event(msgspec.Struct, frozen=True):
+    """A transaction event of a ``.trn`` file (a msgspec struct: a file's events decode in one call)."""
 
     record: str
     xid: str
     lsn: int
     ts: str
+
+
+_EVENTS = msgspec.json.Decoder(list[Event])  # a file's events as one JSON array (other keys skipped)
 
 
 @dataclass(frozen=True)
@@ -167,6 +171,30 @@ def _parse_event(ref: PairRef, number: int, line: str) -> Event:
     return Event(raw["record"], xid, lsn, ts)
 
 
+def _events_at_once(lines: list[str]) -> tuple[Event, ...] | None:
+    """The events of ``lines`` when every one surely passes the line-by-line check (None: check them so).
+
+    One msgspec call decodes them all as a JSON array, RE2 matches every ts at
+    once and numpy compares the lsns: a file of 100,000 events took 0.6 s line
+    by line. Anything amiss, even a line holding two objects, leaves the words
+    to the line-by-line check.
+    """
+    try:
+        decoded = _EVENTS.decode("[" + ",".join(lines) + "]")
+        lsns = np.fromiter((e.lsn for e in decoded), np.int64, len(decoded))
+    except (msgspec.MsgspecError, OverflowError):
+        return None
+    if len(decoded) != len(lines) or not {e.record for e in decoded} <= EVENT_RECORDS:
+        return None
+    if not all(e.xid for e in decoded):
+        return None
+    if len(lsns) > 1 and not (np.diff(lsns) > 0).all():
+        return None
+    if pc.match_substring_regex(pa.array([e.ts for e in decoded], pa.string()), f"^{_TS_FORM}$").false_count:
+        return None
+    return tuple(decoded)
+
+
 def read_trn(ref: PairRef) -> tuple[Header, tuple[Event, ...]]:
     """Read and check a ``.trn`` file: header first, then events in ascending lsn order."""
     try:
@@ -178,6 +206,9 @@ def read_trn(ref: PairRef) -> tuple[Header, tuple[Event, ...]]:
         raise _corrupt(ref, ref.trn_path, "event-invalid", "last line is not terminated by a newline")
     lines.pop()
     header = _parse_header(ref, lines[0] if lines else None)
+    quick = _events_at_once(lines[1:])
+    if quick is not None:
+        return header, quick
     events: list[Event] = []
     for number, line in enumerate(lines[1:], start=2):
         event = _parse_event(ref, number, line)
