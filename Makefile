@@ -17,6 +17,7 @@ $(VENV)/.installed: requirements.txt requirements-dev.txt pyproject.toml
 	test -x $(VENV)/bin/python || $(PYTHON) -m venv $(VENV)
 	$(VENV)/bin/pip install -q --disable-pip-version-check -r requirements.txt -r requirements-dev.txt
 	$(VENV)/bin/pip install -q --disable-pip-version-check --no-deps -e .
+	PATH=$(CURDIR)/$(VENV)/bin:$$PATH $(VENV)/bin/python -m applier.engine.jvm_archive  # Spark's classes, for a faster start
 	touch $@
 
 # Airflow on embedded defaults: SQLite, logs and passwords under var/airflow, the

@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 
 from airflow_support import DAGS_FOLDER, airflow_env, airflow_home  # noqa: F401  (airflow_home: session fixture)
+from applier.engine.session import driver_java_options
 
 pytestmark = pytest.mark.airflow
 
@@ -135,7 +136,9 @@ def test_tasks_run_plan_apply_validate_report(dag: Any) -> None:
     assert apply.spark_conn_id == "spark_default"
     assert apply.application == str(DAGS_FOLDER.parent / "jobs" / "apply.py")
     # The driver JVM starts before the job runs: its options must come with the submission.
-    assert apply.conf["spark.driver.extraJavaOptions"] == "-Duser.timezone=UTC -XX:+UseParallelGC"
+    driver = apply.conf["spark.driver.extraJavaOptions"]
+    assert driver.startswith("-Duser.timezone=UTC -XX:+UseParallelGC")
+    assert driver == driver_java_options()  # and the class archive setup made (tests/test_jvm_archive.py)
     assert apply.conf["spark.executor.extraJavaOptions"] == "-Duser.timezone=UTC -XX:+UseParallelGC"
     assert dag.get_task("report").trigger_rule == "none_failed"
     assert dag.get_task("report").outlets == [AssetAlias("applier_target_tables")]

@@ -26,7 +26,7 @@ from airflow.sdk.exceptions import (
     AirflowSkipException,
 )
 
-from applier.engine.session import JVM_OPTIONS
+from applier.engine.session import JVM_OPTIONS, driver_java_options
 from applier.errors import ApplierError
 from applier_airflow.base import ApplierTaskMixin, context_run_key, failing_on_bad_input, skipped_downstream
 from applier_airflow.builders import (
@@ -51,8 +51,8 @@ LOCAL_SPARK_CONN = '{"conn_type": "spark", "host": "local[*]"}'
 
 
 def jvm_conf() -> dict[str, str]:
-    """The Spark properties giving the driver and executor JVMs the engine's options."""
-    return {"spark.driver.extraJavaOptions": JVM_OPTIONS, "spark.executor.extraJavaOptions": JVM_OPTIONS}
+    """The Spark properties for the JVMs: the engine's options, and for the driver its class archive too."""
+    return {"spark.driver.extraJavaOptions": driver_java_options(), "spark.executor.extraJavaOptions": JVM_OPTIONS}
 
 
 class ApplierPlanOperator(ApplierTaskMixin, BaseOperator, SkipMixin):

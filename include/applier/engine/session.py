@@ -8,6 +8,7 @@ from collections.abc import Callable
 from typing import Any
 
 from applier.config import Config
+from applier.engine.jvm_archive import archive_options
 
 # The JVMs' options: UTC, and the parallel (throughput) collector. A cycle is a
 # batch job; on 2 cores the parallel collector compiled a 1.2M-change cycle in
@@ -35,9 +36,17 @@ DEFAULTS = {
 }
 
 
+def driver_java_options() -> str:
+    """The driver JVM's options: :data:`JVM_OPTIONS`, and the installation's class archive when there is one.
+
+    (:mod:`applier.engine.jvm_archive`: Spark's classes mapped ready-made, a start about 2 s sooner.)
+    """
+    return f"{JVM_OPTIONS} {archive_options()}".strip()
+
+
 def spark_conf(config: Config) -> dict[str, str]:
     """The Spark properties of the run: the defaults, then ``spark.conf.*`` from the configuration."""
-    return {**DEFAULTS, **dict(config.spark.conf)}
+    return {**DEFAULTS, "spark.driver.extraJavaOptions": driver_java_options(), **dict(config.spark.conf)}
 
 
 def start_spark(config: Config, *, set_master: bool = True) -> Any:

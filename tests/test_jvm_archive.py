@@ -1,0 +1,70 @@
+"""The driver JVM's class archive: made by setup, used by every session, never a crash when damaged."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from applier.engine.jvm_archive import ENV, archive_options, archive_path, make_archive, usable
+from applier.engine.session import JVM_OPTIONS, driver_java_options
+
+
+def test_the_options_name_the_archive_only_when_it_is_there(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    archive = tmp_path / "classes.jsa"
+    monkeypatch.setenv(ENV, str(archive))
+    assert archive_options() == "" and driver_java_options() == JVM_OPTIONS
+    archive.write_bytes(b"made")
+    assert f"-XX:SharedArchiveFile={archive}" in driver_java_options().split()
+    assert driver_java_options().startswith(JVM_OPTIONS)
+    monkeypatch.setenv(ENV, "off")
+    assert archive_path() is None and driver_java_options() == JVM_OPTIONS
+
+
+def test_setup_made_this_installations_archive_and_a_damaged_copy_is_never_used(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv(ENV, raising=False)
+    made = archive_path()
+    assert made is not None and made.is_file(), "make setup makes the archive (python -m applier.engine.jvm_archive)"
+    assert made.parent == Path(sys.prefix) / "share" / "cdc-applier"
+    assert usable(made)
+    truncated = tmp_path / "truncated.jsa"
+    with made.open("rb") as whole:
+        truncated.write_bytes(whole.read(made.stat().st_size // 3))
+    assert not usable(truncated)  # a JVM given it dies (SIGBUS): make_archive never moves such a file into place
+
+
+def test_a_session_starts_its_jvm_with_the_archive(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv(ENV, raising=False)
+    made = archive_path()
+    assert made is not None and made.is_file()
+    probe = (
+        "from applier.config import load_config\n"
+        "from applier.engine.session import start_spark\n"
+        f"spark = start_spark(load_config({str(tmp_path / 'config.yaml')!r}))\n"
+        "bean = spark.sparkContext._jvm.java.lang.management.ManagementFactory.getRuntimeMXBean()\n"
+        "print(list(bean.getInputArguments()))\n"
+    )
+    (tmp_path / "config.yaml").write_text(
+        f"configuration_name: probe\nintermediate_dir: {tmp_path}\noutput_dir: {tmp_path / 'out'}\n"
+        f"target:\n  type: delta\n  path: {tmp_path / 'target'}\nspark:\n  master: local[1]\n",
+        encoding="utf-8",
+    )
+    env = {k: v for k, v in os.environ.items() if k != ENV}
+    shown = subprocess.run([sys.executable, "-c", probe], env=env, capture_output=True, text=True, timeout=300)
+    assert shown.returncode == 0, shown.stderr[-3000:]
+    assert f"-XX:SharedArchiveFile={made}" in shown.stdout
+    assert "warning" not in shown.stdout.lower() and "[cds" not in shown.stderr
+
+
+def test_an_archive_is_not_made_when_the_run_that_makes_it_fails(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(sys, "executable", shutil.which("false"))  # the generating step fails
+    assert not make_archive(tmp_path / "never.jsa", JVM_OPTIONS)
+    assert not (tmp_path / "never.jsa").exists()
