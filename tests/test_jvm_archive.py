@@ -36,7 +36,9 @@ def test_setup_made_this_installations_archive_and_a_damaged_copy_is_never_used(
     truncated = tmp_path / "truncated.jsa"
     with made.open("rb") as whole:
         truncated.write_bytes(whole.read(made.stat().st_size // 3))
+    monkeypatch.chdir(tmp_path)
     assert not usable(truncated)  # a JVM given it dies (SIGBUS): make_archive never moves such a file into place
+    assert list(tmp_path.iterdir()) == [truncated], "the crashed JVM's report is not left behind"
 
 
 def test_a_session_starts_its_jvm_with_the_archive(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

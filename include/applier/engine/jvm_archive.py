@@ -65,9 +65,10 @@ def usable(path: Path) -> bool:
     java = _java()
     if java is None:
         return False
-    started = subprocess.run(
-        [str(java), f"-XX:SharedArchiveFile={path}", *_QUIET.split(), "-version"], capture_output=True, check=False
-    )
+    with tempfile.TemporaryDirectory(prefix="applier-jvm-check-") as scratch:  # where a crashing JVM writes its report
+        command = [str(java), f"-XX:SharedArchiveFile={path}", *_QUIET.split(), "-XX:-CreateCoredumpOnCrash"]
+        command.append("-version")
+        started = subprocess.run(command, capture_output=True, check=False, cwd=scratch)
     return started.returncode == 0
 
 
