@@ -10,21 +10,21 @@ primary key, or the whole row value of a table without one,
 - an update moving its key, or any update of a table without a key (its row
   value is its identity): the before identity absent, then the after one present.
 
-A batch is worked a table at a time, in Arrow: only the identities are
-computed row by row (each image's key decoded in C by msgspec), the rest are
-column operations, so the Python work per row is one call per image.
+Only the identities are computed row by row (each image's key decoded in C by
+msgspec, with its own table's rules); the rest are column operations over the
+whole batch, whatever the number of tables in it.
 """
 
 from __future__ import annotations
 
 import zlib
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from applier.engine.identity import TableRules, rules_of
+from applier.engine.identity import rules_of
 from applier.engine.image_checks import Checks, PairRules, refusal
 from applier.engine.worker_path import trim_import_caches
 from applier.intermediate.schema import TableDef
@@ -67,32 +67,48 @@ def _eventful(rows: pa.Table, truncates: Mapping[str, tuple[int, int]]) -> pa.Ta
     return rows.filter(keep)
 
 
-def _keys(rules: TableRules, images: pa.ChunkedArray) -> pa.Array:
-    key = rules.key_of
-    return pa.array([None if image is None else key(image) for image in images.to_pylist()], pa.binary())
+def _keys(key_of: Mapping[str, Callable[[str], bytes]], names: list[str], images: pa.ChunkedArray) -> pa.Array:
+    """Each image's identity by its own table's rules (null for no image)."""
+    pairs = zip(names, images.to_pylist(), strict=True)
+    return pa.array([None if image is None else key_of[name](image) for name, image in pairs], pa.binary())
 
 
-def _table_events(rules: TableRules, rows: pa.Table, spread: int, bounds: Sequence[int]) -> pa.Table:
-    """The events of one table's rows (none of them ``T``), in the columns of :data:`EVENT_SCHEMA`."""
+def _events(
+    rows: pa.Table, tables: Mapping[str, TableDef], spreads: Mapping[str, int], bounds: Sequence[int]
+) -> pa.Table:
+    """The events of rows that give some (none ``T``), in the columns of :data:`EVENT_SCHEMA`.
+
+    Only the identities are computed row by row; the rest are column operations
+    over all the rows at once, whatever the number of tables among them.
+    """
+    names = rows.column("table").to_pylist()
+    rules = {name: rules_of(tables[name]) for name in set(names)}
+    key_of = {name: r.key_of for name, r in rules.items()}
     op, before, after = rows.column("op"), rows.column("before"), rows.column("after")
-    before_key, after_key = _keys(rules, before), _keys(rules, after)
+    before_key, after_key = _keys(key_of, names, before), _keys(key_of, names, after)
     updated = pc.equal(op, "U")
-    # A row value of a keyless table is its identity, so each update removes one copy and adds one.
-    moved = updated if rules.keyless else pc.fill_null(pc.and_(updated, pc.not_equal(before_key, after_key)), False)
+    # A row value of a table without a key is its identity: each update removes one copy and adds one.
+    keyless = pc.is_in(rows.column("table"), pa.array([n for n, r in rules.items() if r.keyless], pa.string()))
+    moved = pc.and_(updated, pc.or_(keyless, pc.fill_null(pc.not_equal(before_key, after_key), False)))
     kept = pc.and_(updated, pc.invert(moved))  # an update in place: its identity existed and stays
     gone = pc.or_(pc.equal(op, "D"), moved)  # the before image's identity ends absent
     arrived = pc.is_valid(after)  # the after image's identity ends present
     commit_lsn = rows.column("commit_lsn").combine_chunks()
     groups = np.searchsorted(np.asarray(bounds, np.int64), commit_lsn.to_numpy(), side="right") if bounds else None
     group = pa.array(np.zeros(rows.num_rows, np.int32) if groups is None else groups, pa.int32())
+    spread = {name: n for name, n in spreads.items() if n > 1 and name in rules}
 
     def events(mask: pa.Array, key: pa.Array, image: pa.ChunkedArray, present: bool, existed: pa.Array) -> pa.Table:
-        taken = pc.filter(key, mask)
+        taken, table = pc.filter(key, mask), pc.filter(rows.column("table"), mask)
         n = len(taken)
-        salts = [zlib.crc32(k) % spread for k in taken.to_pylist()] if spread > 1 else np.zeros(n, np.int32)
+        if spread:
+            by = zip(table.to_pylist(), taken.to_pylist(), strict=True)
+            salts = pa.array([zlib.crc32(k) % spread[t] if t in spread else 0 for t, k in by], pa.int32())
+        else:
+            salts = pa.array(np.zeros(n, np.int32))
         return pa.table(
             {
-                "table": pa.repeat(rules.table.name, n).cast(pa.string()),
+                "table": table,
                 "key": taken,
                 "commit_lsn": pc.filter(commit_lsn, mask),
                 "lsn": pc.filter(rows.column("lsn"), mask),
@@ -100,7 +116,7 @@ def _table_events(rules: TableRules, rows: pa.Table, spread: int, bounds: Sequen
                 "existed": pc.filter(existed, mask),
                 "n": pa.repeat(pa.scalar(1 if present else -1, pa.int32()), n),
                 "image": pc.filter(image, mask),
-                "salt": pa.array(salts, pa.int32()),
+                "salt": salts,
                 "group": pc.filter(group, mask),
             },
             schema=EVENT_SCHEMA,
@@ -145,16 +161,7 @@ def event_batch(
     rows = _eventful(pa.Table.from_batches([batch]), truncates)
     if rows.num_rows == 0:
         return pa.RecordBatch.from_pylist([], schema=EVENT_SCHEMA)
-    rows = rows.take(pc.sort_indices(rows.column("table")))
-    names = rows.column("table").combine_chunks()
-    starts = np.flatnonzero(np.append(True, pc.not_equal(names[1:], names[:-1]).to_numpy(zero_copy_only=False)))
-    ends = np.append(starts[1:], rows.num_rows)
-    parts = []
-    for start, end in zip(starts.tolist(), ends.tolist(), strict=True):
-        name = names[start].as_py()
-        part = rows.slice(start, end - start)
-        parts.append(_table_events(rules_of(tables[name]), part, (spreads or {}).get(name, 1), bounds))
-    batches = pa.concat_tables(parts).combine_chunks().to_batches()
+    batches = _events(rows, tables, spreads or {}, bounds).combine_chunks().to_batches()
     return batches[0] if batches else pa.RecordBatch.from_pylist([], schema=EVENT_SCHEMA)
 
 

@@ -65,7 +65,7 @@ class _TableRules:
     # patterns are matched a column at a time (_quick_pass), not by msgspec value by value with Python's re.
     quick_after: msgspec.json.Decoder[Any]
     quick_before: msgspec.json.Decoder[Any]
-    patterns: tuple[tuple[str, str], ...]  # (field, anchored pattern) of the text-encoded columns
+    patterns: tuple[tuple[str, str], ...]  # (field, pattern) of the text-encoded columns
 
     @staticmethod
     @functools.lru_cache(maxsize=4096)
@@ -79,7 +79,7 @@ class _TableRules:
             before=_decoder(table, keys),
             quick_after=_decoder(table, every, quick=True),
             quick_before=_decoder(table, keys, quick=True),
-            patterns=tuple((field, f"^{pattern}$") for field, pattern in patterns if pattern is not None),
+            patterns=tuple((field, pattern) for field, pattern in patterns if pattern is not None),
         )
 
 
@@ -120,9 +120,10 @@ def _quick_pass(
     """Whether every row surely passes :func:`_check_row` (False: it must check them one by one).
 
     The images are decoded with the text-encoded columns as any string, then
-    each such column's values are matched at once by RE2 (pyarrow), with the
-    same expressions as the exact decoders (:func:`~applier.intermediate.schema.value_pattern`).
-    A miss only sends the rows to the exact check, which decides and says what is wrong.
+    each such column's values are matched at once by RE2 (pyarrow; a few
+    values by ``re``), with the same expressions as the exact decoders
+    (:func:`~applier.intermediate.schema.value_pattern`). A miss only sends
+    the rows to the exact check, which decides and says what is wrong.
     """
     decoded: tuple[list[Any], list[Any]] = ([], [])
     try:
@@ -138,10 +139,25 @@ def _quick_pass(
         return False
     for field, pattern in rules.patterns:
         for images in decoded:
-            values = [v if isinstance(v, str) else None for v in map(operator.attrgetter(field), images)]
-            if values and pc.match_substring_regex(pa.array(values, pa.string()), pattern).false_count:
+            values = [v for v in map(operator.attrgetter(field), images) if isinstance(v, str)]
+            if not _all_match(values, pattern):
                 return False
     return True
+
+
+# RE2 compiles its expression on each call (some 20 us for a date's): fewer values than this are matched by re.
+_FEW = 400
+
+
+def _all_match(values: list[str], pattern: str) -> bool:
+    if len(values) < _FEW:
+        return all(map(_python_form(pattern), values))
+    return not pc.match_substring_regex(pa.array(values, pa.string()), f"^{pattern}$").false_count
+
+
+@functools.lru_cache(maxsize=256)
+def _python_form(pattern: str) -> Callable[[str], Any]:
+    return re.compile(f"^{pattern}\\Z").match
 
 
 RowsChecker = Callable[[Sequence[str], Sequence[str | None], Sequence[str | None]], tuple[int, ImageProblem] | None]
