@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.parquet as pq
+import pytest
 
 from applier.engine.buffers import TransactionBuffers
 from applier.engine.compiled import CompiledCycle
@@ -81,6 +82,23 @@ def test_compiled_tables_and_open_transactions_share_one_budget(tmp_path: Path) 
     compiled.release("s.t")
     compiled.close()
     assert queue.held_by_kind()["compiled"] == 0 and not list(tmp_path.glob("cfg_s-2Et.spill"))
+
+
+def test_closing_one_of_many_compiled_groups_reads_no_table(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    queue = MemoryQueue(10**9)
+    table = TableDef("s.t", (Column("id", "bigint", False),), ("id",))
+    groups = [CompiledCycle({"s.t": table}, frozenset(), queue, tmp_path, "cfg") for _ in range(3)]
+    for group in groups:
+        group.add("s.t", pa.table({NET_OP: ["I"], "id": pa.array([1], pa.int64())}))
+    assert groups[0] != groups[1] and groups[0] == groups[0]  # the same changes, yet two holders
+
+    def read(self: CompiledCycle, name: str) -> None:
+        raise AssertionError(f"{name} was read to compare holders")
+
+    monkeypatch.setattr(CompiledCycle, "__getitem__", read)
+    for group in reversed(groups):  # the last registered first: each is compared with those before it
+        group.close()
+    assert queue.held == 0
 
 
 def test_committed_rows_in_memory_are_written_once_to_the_committed_file(tmp_path: Path) -> None:

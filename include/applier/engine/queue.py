@@ -89,8 +89,8 @@ class MemoryQueue:
         self._spoolers.append(spooler)
 
     def unregister(self, spooler: Spooler) -> None:
-        if spooler in self._spoolers:
-            self._spoolers.remove(spooler)
+        # By identity: a spooler may be a Mapping, whose == would compare (and so read) every table it holds.
+        self._spoolers = [s for s in self._spoolers if s is not spooler]
 
     def charge(self, kind: str, nbytes: int) -> None:
         """Count ``nbytes`` more held of ``kind`` (call :meth:`make_room` after adding).
