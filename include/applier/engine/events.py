@@ -159,10 +159,8 @@ def event_batch(
     if checks is not None:
         _check(batch, checks)
     rows = _eventful(pa.Table.from_batches([batch]), truncates)
-    if rows.num_rows == 0:
-        return pa.RecordBatch.from_pylist([], schema=EVENT_SCHEMA)
-    batches = _events(rows, tables, spreads or {}, bounds).combine_chunks().to_batches()
-    return batches[0] if batches else pa.RecordBatch.from_pylist([], schema=EVENT_SCHEMA)
+    events = _events(rows, tables, spreads or {}, bounds) if rows.num_rows else EVENT_SCHEMA.empty_table()
+    return pa.RecordBatch.from_arrays([column.combine_chunks() for column in events.columns], schema=EVENT_SCHEMA)
 
 
 def event_batches(

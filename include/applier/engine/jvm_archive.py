@@ -4,8 +4,8 @@ A fresh JVM loads and verifies some 20,000 classes before Spark's first job,
 and every ``applier run`` (a scheduled spark-submit included) starts one. With
 an application class-data-sharing archive (JDK 13+ ``-XX:ArchiveClassesAtExit``
 to make it, ``-XX:SharedArchiveFile`` to use it) they are mapped ready-made: on
-2 cores the 1.2M-change benchmark ran 2.3 s sooner end to end and used 4.5
-fewer CPU seconds (docs/benchmarks.md).
+2 cores the 1.2M-change benchmark ran 2.4-2.8 s sooner end to end and used about
+4 fewer CPU seconds (docs/benchmarks.md).
 
 The archive is made once per installation (``make setup`` runs this module) by
 an Applier run over a small generated workload, so it holds what a run loads.

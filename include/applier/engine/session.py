@@ -31,8 +31,7 @@ DEFAULTS = {
     "spark.ui.retainedStages": "100",
     "spark.sql.ui.retainedExecutions": "50",
     "spark.sql.execution.arrow.pyspark.enabled": "true",
-    "spark.driver.extraJavaOptions": JVM_OPTIONS,
-    "spark.executor.extraJavaOptions": JVM_OPTIONS,
+    "spark.executor.extraJavaOptions": JVM_OPTIONS,  # the driver's: driver_java_options(), read at each start
 }
 
 

@@ -140,7 +140,7 @@ def _quick_pass(
     for field, pattern in rules.patterns:
         for images in decoded:
             values = [v for v in map(operator.attrgetter(field), images) if isinstance(v, str)]
-            if not _all_match(values, pattern):
+            if not all_match(values, pattern):
                 return False
     return True
 
@@ -149,7 +149,8 @@ def _quick_pass(
 _FEW = 400
 
 
-def _all_match(values: list[str], pattern: str) -> bool:
+def all_match(values: list[str], pattern: str) -> bool:
+    """Whether every value matches ``pattern`` whole (unanchored, reading the same in ``re`` and RE2)."""
     if len(values) < _FEW:
         return all(map(_python_form(pattern), values))
     return not pc.match_substring_regex(pa.array(values, pa.string()), f"^{pattern}$").false_count
