@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from deltalake import DeltaTable
 
 from applier.engine.checkpoint import CheckpointStore
 from applier.generate import generate_workload
@@ -98,6 +99,18 @@ def test_groups_and_log_order_apply_the_same_rows_as_one_compiled_cycle(
         assert {"compiled", "log order"} <= modes
         assert all(g["commands"] <= 40 for g in groups if g["mode"] == "compiled")
         assert any(g.get("reason") == "it truncates a table" for g in groups)
+        # Delta commits table by table whatever the parts: a cycle's groups go as one commit per table.
+        # PostgreSQL commits a part across its tables at once: group by group, truncates in log order.
+        together = {g.get("applied") == "together" for g in groups}
+        assert together == ({True} if not target_settings else {False}), groups
+        if not target_settings:
+            commits = {log.parent.name: len(DeltaTable(str(log.parent)).history()) for log in tables(config)}
+            assert len(commits) == 6 and max(commits.values()) <= len(summary.reports), commits
     else:
         assert modes == {"log order"} and len(groups) == summary.committed
         assert {g["reason"] for g in groups} == {"apply.compile is off"}
+
+
+def tables(config: Any) -> list[Path]:
+    """The ``_delta_log`` folders of the Delta tables under the target's root."""
+    return sorted(config.target.path.glob("*/*/_delta_log"))

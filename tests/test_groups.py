@@ -2,11 +2,17 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from types import MappingProxyType
+
 import pytest
 
 from applier.advise.arithmetic import LAYOUT_64, expanded_row_size
+from applier.config import ErrorsConfig
 from applier.engine.groups import LOG_ORDER, Group, GroupLimits, TxnShape, estimate_cdb_bytes, form_groups
 from applier.engine.split import RetryOutcome, attempt_bound, enhanced_retry, split_group
+from applier.engine.units import Changed, CycleParts
+from applier.errors import TargetError
 
 MIB = 1024 * 1024
 
@@ -128,3 +134,78 @@ def test_with_log_three_bad_transactions_are_all_named_and_the_rest_applied() ->
     assert committed == [f"x{i}" for i in range(1_000) if i not in {3, 500, 999}]
     assert [g.txns[0].xid for g, _ in outcome.failed] == ["x3", "x500", "x999"]
     assert outcome.attempts <= 3 * attempt_bound(1_000, 3, 9)
+
+
+class TableByTable:
+    """A fake target whose tables commit one by one and which checks a part before committing any table.
+
+    It refuses a part that holds a ``bad`` transaction with nothing applied,
+    as Delta does for a constraint, and records every part it commits.
+    """
+
+    def __init__(self, bad: set[str]) -> None:
+        self.bad = bad
+        self.parts: list[list[str]] = []
+        self.passed: list[str] = []
+
+    def commit(self, xids: Sequence[str]) -> Changed:
+        if refused := [x for x in xids if x in self.bad]:
+            raise TargetError(f"{refused[0]} breaks a constraint", error_class="check", nothing_applied=True)
+        self.parts.append(list(xids))
+        return {}
+
+    def cycle(self, n: int, truncating: set[int], *, together: bool) -> CycleParts:
+        shapes = [txn(i, truncates=i in truncating) for i in range(n)]
+        return CycleParts(
+            cycle_id=1,
+            order=[t.xid for t in shapes],
+            shapes=shapes,
+            apply_part=lambda part, xids: self.commit(xids),
+            compile_groups=lambda groups: [list(g) for g in groups],
+            apply_compiled=lambda part, holder: self.commit(holder),
+            discard=lambda holder: None,
+            pass_transaction=lambda part, xid, error, action: self.passed.append(xid),
+            progress=lambda through, end, changed, passing: None,
+            describe=str,
+            errors=ErrorsConfig(actions=MappingProxyType({"check": "log"})),
+            limits=GroupLimits(max_cmds=50),
+            threshold=30,
+            together=together,
+        )
+
+
+def test_a_table_by_table_target_takes_a_cycle_of_many_groups_and_truncates_in_one_part() -> None:
+    target = TableByTable(bad=set())
+    parts = target.cycle(30, {12, 20}, together=True)
+    parts.apply_from(0, 0)
+    assert target.parts == [[f"x{i}" for i in range(30)]]  # one commit per table, whatever the limits cut
+    assert [(g["mode"], g["transactions"], g["applied"]) for g in parts.groups] == [
+        ("compiled", 5, "together"),
+        ("compiled", 5, "together"),
+        ("compiled", 2, "together"),
+        (LOG_ORDER, 1, "together"),
+        ("compiled", 5, "together"),
+        ("compiled", 2, "together"),
+        (LOG_ORDER, 1, "together"),
+        ("compiled", 5, "together"),
+        ("compiled", 4, "together"),
+    ]
+
+
+def test_a_refused_part_of_many_groups_goes_group_by_group_and_the_failing_transaction_is_found() -> None:
+    target = TableByTable(bad={"x17"})
+    parts = target.cycle(30, {12}, together=True)
+    parts.apply_from(0, 0)
+    assert target.passed == ["x17"]
+    assert [x for part in target.parts for x in part] == [f"x{i}" for i in range(30) if i != 17]
+    assert target.parts[:4] == [[f"x{i}" for i in range(5)], [f"x{i}" for i in range(5, 10)], ["x10", "x11"], ["x12"]]
+    assert parts.groups[0]["mode"] == "together" and "x17 breaks a constraint" in str(parts.groups[0]["refused"])
+    assert [g["mode"] for g in parts.groups[1:]].count("retry") == 1
+
+
+def test_a_target_that_commits_a_part_at_once_applies_group_by_group() -> None:
+    target = TableByTable(bad=set())
+    parts = target.cycle(30, {12}, together=False)
+    parts.apply_from(0, 0)
+    assert [len(p) for p in target.parts] == [5, 5, 2, 1, 5, 5, 5, 2]
+    assert all("applied" not in g for g in parts.groups)

@@ -93,6 +93,7 @@ def cycle_parts(context: PartContext) -> CycleParts:
         split=apply.retry_split,
         threshold=apply.compile_retry_threshold,
         splits=c.target.atomic_cycles,
+        together=apply.compile and not c.target.atomic_cycles,
     )
 
 

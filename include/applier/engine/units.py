@@ -86,6 +86,9 @@ class CycleParts:
         splits: whether a refused group is split whatever the error (the
             target rolls a failed part back whole); if not, only a refusal
             that committed nothing (``TargetError.nothing_applied``) is.
+        together: apply the groups of what is left of the cycle as one
+            compiled part first, and group by group only when the target
+            refuses it (:meth:`apply_from`).
     """
 
     cycle_id: int
@@ -104,6 +107,7 @@ class CycleParts:
     split: int = 3
     threshold: int = 100
     splits: bool = True
+    together: bool = False
     changed: Changed = field(default_factory=dict)
     groups: list[dict[str, object]] = field(default_factory=list)
     passed: list[dict[str, object]] = field(default_factory=list)
@@ -127,6 +131,15 @@ class CycleParts:
         one job, then applied one by one in commit order, with each
         noncompilable transaction alone, in log order, where it falls.
 
+        With :attr:`together` (a target whose tables commit one by one, Delta),
+        several groups are first applied as one part: one compiled net change,
+        truncates included, and so one commit per table, however many groups
+        the limits cut. Its tables commit independently whatever the parts, so
+        only the number of commits differs: a part per group cost a commit per
+        table per group. When the target refuses that part having committed
+        nothing, the groups go one by one as above, and the enhanced retry
+        finds the failing transaction as it would have.
+
         Raises:
             TransactionStoppedError: a failing transaction's action stops the run.
             TargetError: a transient error past its retries, or the target failed otherwise.
@@ -139,6 +152,8 @@ class CycleParts:
         if len(groups) == 1 and groups[0].compiled:
             self._run(groups[0], self._apply)
             return self.changed
+        if self.together and len(groups) > 1 and self._together(groups):
+            return self.changed
         compiled = [g for g in groups if g.compiled]
         made = self.compile_groups([[t.xid for t in g.txns] for g in compiled]) if compiled else []
         holders = dict(zip(map(id, compiled), made, strict=True)) if made else {}  # none: no rows to read
@@ -150,21 +165,30 @@ class CycleParts:
                 self.discard(holder)
         return self.changed
 
+    def _together(self, groups: Sequence[Group]) -> bool:
+        """Apply ``groups`` as one compiled part; False when the target refused it with nothing applied."""
+        whole = Group(tuple(t for g in groups for t in g.txns))
+        try:
+            self._apply(whole)
+        except TargetError as e:
+            if not self._splittable(e):
+                raise
+            self.groups.append({**_entry(whole), "mode": "together", "groups": len(groups), "refused": str(e)})
+            log.warning(
+                "cycle %d: its %d groups were refused as one part (%s); applying them group by group",
+                *(self.cycle_id, len(groups), e),
+            )
+            return False
+        self.groups.extend({**_entry(g), "applied": "together"} for g in groups)
+        return True
+
     def _range(self, start: int, end: int) -> Group:
         return Group(tuple(self._shapes[xid] for xid in self.order[start:end]))
 
     def _run(self, group: Group, first: Callable[[Group], None]) -> None:
         """Apply ``group`` by ``first``; if the target refuses it, narrow it down (or settle its one transaction)."""
         part = self._part(group)
-        entry: dict[str, object] = {
-            "transactions": len(group.txns),
-            "commands": group.commands,
-            "cdb_bytes": group.cdb_bytes,
-            "mode": group.mode,
-            "attempts": 1,
-        }
-        if group.reason:
-            entry["reason"] = group.reason
+        entry = _entry(group)
         self.groups.append(entry)
         try:
             first(group)
@@ -255,3 +279,17 @@ class CycleParts:
             xid=xid,
             cause=error,
         )
+
+
+def _entry(group: Group) -> dict[str, object]:
+    """A group as the cycle report lists it."""
+    entry: dict[str, object] = {
+        "transactions": len(group.txns),
+        "commands": group.commands,
+        "cdb_bytes": group.cdb_bytes,
+        "mode": group.mode,
+        "attempts": 1,
+    }
+    if group.reason:
+        entry["reason"] = group.reason
+    return entry
