@@ -88,7 +88,7 @@ class CycleInput:
         return sum(p.size for p in self.pairs)
 
 
-def _note_pair(into: CycleInput, pair: Pair) -> None:
+def _note_pair(into: CycleInput, pair: Pair, *, measure: bool) -> None:
     into.pairs.append(pair.ref)
     into.rows_read += pair.data.num_rows
     by_xid = pc.value_counts(pair.data["xid"])
@@ -98,7 +98,11 @@ def _note_pair(into: CycleInput, pair: Pair) -> None:
     for xid, table, n in table_rows_by_xid(pair.data):
         into.tables_of.setdefault(xid, set()).add(table)
         into.xid_table_rows[xid, table] += n
-    for table, longest in longest_images(pair.data).items():
+    if "after" in pair.data.column_names:
+        measured = longest_images(pair.data)
+    else:
+        measured = longest_images_in(pair.ref.dat_path) if measure else {}
+    for table, longest in measured.items():
         into.longest_image[table] = max(into.longest_image.get(table, 0), longest)
     into.truncates.extend(truncate_rows(pair.data))
     into.autocorrect.update(pair.autocorrect)
@@ -113,6 +117,20 @@ def _note_pair(into: CycleInput, pair: Pair) -> None:
             into.rollbacks.add(event.xid)
         else:
             into.begun_at[event.xid] = event.ts
+
+
+def longest_images_in(dat_path: Path, batch_rows: int = 65_536) -> dict[str, int]:
+    """:func:`~applier.engine.touches.longest_images` of a ``.dat`` file, read a batch at a time.
+
+    The driver measures a pair's images (for the groups' size estimate)
+    without holding them: a wide pair's images take several times its file
+    size once decoded.
+    """
+    longest: dict[str, int] = {}
+    for batch in pq.ParquetFile(dat_path).iter_batches(batch_size=batch_rows, columns=["table", "before", "after"]):
+        for table, n in longest_images(batch).items():
+            longest[table] = max(longest.get(table, 0), n)
+    return longest
 
 
 def _checked_by_worker(check: Future[None] | None) -> bool:
@@ -163,12 +181,12 @@ def read_cycle(
         for ref in refs:
             try:
                 checked = _checked_by_worker(checks.get(ref.seq))
-                pair = read_pair(ref, check_rows=check_rows and not checked, images=defer_images)
+                pair = read_pair(ref, check_rows=check_rows and not checked)
                 validator.check(pair)
             except IntermediateFileError as e:
                 result.refused = e
                 break
-            _note_pair(result, pair)
+            _note_pair(result, pair, measure=check_rows or defer_images)  # a re-read needs no sizes
             if defer_images and pair.data.num_rows:
                 result.unchecked[pair.seq] = {n: definitions.setdefault(d, d) for n, d in pair.tables.items()}
     finally:

@@ -31,12 +31,12 @@ def table_rows_by_xid(rows: pa.Table) -> list[tuple[str, str, int]]:
     return list(zip(*columns, strict=True))
 
 
-def longest_images(rows: pa.Table) -> dict[str, int]:
+def longest_images(rows: pa.Table | pa.RecordBatch) -> dict[str, int]:
     """Per table, the longest image (in bytes) of a batch of ``.dat`` rows: a bound on a row's variable-length part.
 
     Rows read without their images (re-reading pairs to rebuild buffers) give none.
     """
-    if rows.num_rows == 0 or "after" not in rows.column_names or "before" not in rows.column_names:
+    if rows.num_rows == 0 or "after" not in rows.schema.names or "before" not in rows.schema.names:
         return {}
     lengths = pc.max_element_wise(
         pc.binary_length(rows.column("after")), pc.binary_length(rows.column("before")), skip_nulls=True

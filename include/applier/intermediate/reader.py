@@ -39,7 +39,7 @@ _decode_json = msgspec.json.Decoder().decode
 _TS_FORM = r"[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}(?:\.[0-9]{1,6})?Z"  # Python's re and RE2 alike
 _TS_TEXT = re.compile(_TS_FORM)
 _SHA256 = re.compile(r"[0-9a-f]{64}")
-# The columns the stream checks read; the images are read to be checked or measured.
+# The columns the stream checks read; the images are read to be checked.
 _STREAM_COLUMNS = ("lsn", "xid", "table", "op")
 _ARROW_TYPES = {
     "lsn": (pa.int64(),),
@@ -358,7 +358,7 @@ def _check_lsn_range(ref: PairRef, header: Header, pair: Pair) -> None:
         raise _corrupt(ref, ref.trn_path, "header-lsn-mismatch", f"header lsn range {declared} but pair holds {actual}")
 
 
-def read_pair(ref: PairRef, *, check_rows: bool = True, images: bool = False) -> Pair:
+def read_pair(ref: PairRef, *, check_rows: bool = True) -> Pair:
     """Read one complete pair and refuse it if anything in it breaks the spec.
 
     Args:
@@ -366,19 +366,18 @@ def read_pair(ref: PairRef, *, check_rows: bool = True, images: bool = False) ->
         check_rows: check every row image against its table definition (the
             costly part; callers that re-read a pair already checked may skip
             it, and the engine has Spark's executors check them).
-        images: read the ``before`` and ``after`` columns even when not checking them.
 
     Returns:
         The pair's header, events, table definitions and rows; without
-        ``check_rows`` or ``images``, the rows lack the ``before`` and
-        ``after`` images (their column types are still checked).
+        ``check_rows``, the rows lack the ``before`` and ``after`` images
+        (their column types are still checked).
 
     Raises:
         IntermediateFileError: a subclass naming the file and the defect.
     """
     header, events = read_trn(ref)
     _check_dat_identity(ref, header)
-    data, defs, autocorrect = _read_dat(ref, header, images=check_rows or images)
+    data, defs, autocorrect = _read_dat(ref, header, images=check_rows)
     _check_row_columns(ref, data, defs)
     pair = Pair(ref, header, events, defs, data, autocorrect)
     _check_lsn_range(ref, header, pair)
