@@ -8,7 +8,7 @@ import random
 import pyarrow as pa
 import pytest
 
-from applier.intermediate.images import ImageProblem, check_images, first_problem, rows_checker
+from applier.intermediate.images import Checked, ImageProblem, ImageRules, check_images, check_rows
 from applier.intermediate.schema import Column, TableDef
 
 WIDE = TableDef(
@@ -77,25 +77,28 @@ def test_the_first_wrong_row_is_found_among_many_with_what_is_wrong(name: str, s
     wrong = sorted(rng.sample(range(count), rng.randint(1, min(3, count))))
     for at in wrong:
         rows[at] = breaks(_good(rng, at))
-    ops = [r[0] for r in rows]
-    found = rows_checker(WIDE)(ops, [_text(r[1]) for r in rows], [_text(r[2]) for r in rows])
+    found = wide_rows(rows).problem
     assert found is not None
     assert (found[0], found[1].code) == (wrong[0], code)
-    clean = [r for i, r in enumerate(rows) if i not in wrong]
-    assert rows_checker(WIDE)([r[0] for r in clean], [_text(r[1]) for r in clean], [_text(r[2]) for r in clean]) is None
+    clean = wide_rows([r for i, r in enumerate(rows) if i not in wrong])
+    assert clean.problem is None and clean.afters is not None and clean.befores is not None
+
+
+def wide_rows(rows: list[tuple[str, dict[str, object] | None, dict[str, object] | None]]) -> Checked:
+    """``rows`` (op, before, after) of ``s.wide`` checked in bulk."""
+    befores, afters = [_text(r[1]) for r in rows], [_text(r[2]) for r in rows]
+    return check_rows(["s.wide"] * len(rows), [r[0] for r in rows], befores, afters, lambda _: ImageRules.of(WIDE))
 
 
 def test_rows_of_several_tables_give_the_first_wrong_row_of_all() -> None:
     names = ["s.bag", "s.wide", "s.bag", "s.wide", "s.bag"]
     afters = [{"d": None, "v": 1}, _good(random.Random(1), 1), {"d": "2026-13-01", "v": 2}, {"id": "x"}, {"d": None}]
-    found = first_problem(
-        names,
-        ["I"] * 5,
-        [None] * 5,
-        [_text(a) for a in afters],
-        lambda name: rows_checker({"s.bag": BAG, "s.wide": WIDE}[name]),
-    )
+    rules = {"s.bag": ImageRules.of(BAG), "s.wide": ImageRules.of(WIDE)}
+    found = check_rows(names, ["I"] * 5, [None] * 5, [_text(a) for a in afters], rules.get).problem
     assert found is not None and found[0] == 2 and found[1].code == "value-wrong-type"
+    # Only the rows with rules are checked: without the bag's, the wide table's second row is the first wrong.
+    found = check_rows(names, ["I"] * 5, [None] * 5, [_text(a) for a in afters], {"s.wide": rules["s.wide"]}.get)
+    assert found.problem is not None and found.problem[0] == 3
 
 
 @pytest.mark.parametrize(

@@ -18,13 +18,14 @@ whole batch, whatever the number of tables in it.
 from __future__ import annotations
 
 import zlib
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from applier.engine.identity import rules_of
+from applier.engine.identity import TableRules, rules_of
 from applier.engine.image_checks import Checks, PairRules, refusal
 from applier.engine.worker_path import trim_import_caches
 from applier.intermediate.schema import TableDef
@@ -45,18 +46,36 @@ EVENT_SCHEMA = pa.schema(
 )
 
 
-def _check(batch: pa.RecordBatch, checks: Checks) -> None:
-    """Raise the refusal of the batch's first row whose images break its pair's definitions."""
-    seqs = batch.column("seq").to_pylist()
-    tables, ops, befores, afters = (batch.column(c).to_pylist() for c in ("table", "op", "before", "after"))
-    wrong = PairRules(checks).first_problem(seqs, tables, ops, befores, afters)
-    if wrong is not None:
-        i, problem = wrong
-        raise refusal(seqs[i], batch.column("lsn")[i].as_py(), batch.column("xid")[i].as_py(), tables[i], problem)
+Images = tuple[list[Any], list[Any], list[Any] | None, list[Any] | None]
+"""A batch's images as Python values: before and after texts, and the images the check decoded (or None)."""
 
 
-def _eventful(rows: pa.Table, truncates: Mapping[str, tuple[int, int]]) -> pa.Table:
-    """The rows that give events: committed here, not ``T``, and after their table's last truncate."""
+def _checked(batch: pa.RecordBatch, tables: Mapping[str, TableDef], checks: PairRules | None) -> Images:
+    """The batch's images, checked against their pairs' definitions when ``checks`` names the pairs.
+
+    Raises the refusal of the batch's first row whose images break its pair's
+    definitions. An image the check decoded is kept for its identity when its
+    pair defines the table as the cycle does (:meth:`~applier.engine.identity.TableRules.key_of_checked`).
+    """
+    befores, afters = batch.column("before").to_pylist(), batch.column("after").to_pylist()
+    if checks is None:
+        return befores, afters, None, None
+    seqs, tables_of = batch.column("seq").to_pylist(), batch.column("table").to_pylist()
+    checked = checks.check(seqs, tables_of, batch.column("op").to_pylist(), befores, afters)
+    if checked.problem is not None:
+        i, problem = checked.problem
+        lsn, xid = batch.column("lsn")[i].as_py(), batch.column("xid")[i].as_py()
+        raise refusal(seqs[i], lsn, xid, tables_of[i], problem)
+    if checked.befores is None or checked.afters is None:
+        return befores, afters, None, None
+    for i, where in enumerate(zip(seqs, tables_of, strict=True)):
+        if not checks.defines_as(where, tables):
+            checked.befores[i] = checked.afters[i] = None
+    return befores, afters, checked.befores, checked.afters
+
+
+def _eventful(rows: pa.RecordBatch, truncates: Mapping[str, tuple[int, int]]) -> pa.Array:
+    """Which rows give events: committed here, not ``T``, and after their table's last truncate."""
     keep = pc.and_(pc.is_valid(rows.column("commit_lsn")), pc.not_equal(rows.column("op"), "T"))
     for table, (commit_lsn, lsn) in truncates.items():
         before_cut = pc.or_(
@@ -64,17 +83,29 @@ def _eventful(rows: pa.Table, truncates: Mapping[str, tuple[int, int]]) -> pa.Ta
             pc.and_(pc.equal(rows.column("commit_lsn"), commit_lsn), pc.less_equal(rows.column("lsn"), lsn)),
         )
         keep = pc.and_(keep, pc.invert(pc.and_(pc.equal(rows.column("table"), table), before_cut)))
-    return rows.filter(keep)
+    return keep
 
 
-def _keys(key_of: Mapping[str, Callable[[str], bytes]], names: list[str], images: pa.ChunkedArray) -> pa.Array:
-    """Each image's identity by its own table's rules (null for no image)."""
-    pairs = zip(names, images.to_pylist(), strict=True)
-    return pa.array([None if image is None else key_of[name](image) for name, image in pairs], pa.binary())
+def _keys(
+    rules: Mapping[str, TableRules], names: list[str], images: list[Any], decoded: list[Any] | None
+) -> pa.Array:
+    """Each image's identity by its own table's rules (null for no image); from the check's decoding where kept."""
+    key_of = {name: r.key_of for name, r in rules.items()}
+    if decoded is None:
+        pairs = zip(names, images, strict=True)
+        return pa.array([None if image is None else key_of[name](image) for name, image in pairs], pa.binary())
+    checked = {name: r.key_of_checked for name, r in rules.items()}
+    return pa.array(
+        [
+            None if image is None else key_of[name](image) if row is None else checked[name](row)
+            for name, image, row in zip(names, images, decoded, strict=True)
+        ],
+        pa.binary(),
+    )
 
 
 def _events(
-    rows: pa.Table, tables: Mapping[str, TableDef], spreads: Mapping[str, int], bounds: Sequence[int]
+    rows: pa.Table, images: Images, tables: Mapping[str, TableDef], spreads: Mapping[str, int], bounds: Sequence[int]
 ) -> pa.Table:
     """The events of rows that give some (none ``T``), in the columns of :data:`EVENT_SCHEMA`.
 
@@ -83,9 +114,8 @@ def _events(
     """
     names = rows.column("table").to_pylist()
     rules = {name: rules_of(tables[name]) for name in set(names)}
-    key_of = {name: r.key_of for name, r in rules.items()}
     op, before, after = rows.column("op"), rows.column("before"), rows.column("after")
-    before_key, after_key = _keys(key_of, names, before), _keys(key_of, names, after)
+    before_key, after_key = _keys(rules, names, images[0], images[2]), _keys(rules, names, images[1], images[3])
     updated = pc.equal(op, "U")
     # A row value of a table without a key is its identity: each update removes one copy and adds one.
     keyless = pc.is_in(rows.column("table"), pa.array([n for n, r in rules.items() if r.keyless], pa.string()))
@@ -136,16 +166,18 @@ def event_batch(
     truncates: Mapping[str, tuple[int, int]],
     spreads: Mapping[str, int] | None = None,
     bounds: Sequence[int] = (),
-    checks: Checks | None = None,
+    checks: Checks | PairRules | None = None,
 ) -> pa.RecordBatch:
     """The events of a batch of committed rows (``.dat`` columns plus ``commit_lsn``).
 
-    With ``checks``, the batch holds every row of the pairs read (``seq`` and
-    ``xid`` too, ``commit_lsn`` null for a row of a transaction not committed
-    here): the images of the pairs in ``checks`` are checked first
-    (:class:`~applier.engine.image_checks.PairRules`; a refusal raises
-    :func:`~applier.engine.image_checks.refusal`'s error), and only the
-    committed rows give events.
+    With ``checks`` (the pairs to check, or their
+    :class:`~applier.engine.image_checks.PairRules`, kept across a partition's
+    batches), the batch holds every row of the pairs read (``seq`` and ``xid``
+    too, ``commit_lsn`` null for a row of a transaction not committed here):
+    its images are checked first (a refusal raises
+    :func:`~applier.engine.image_checks.refusal`'s error), the identities of the
+    committed rows come from the images the check decoded, and only those
+    rows give events.
 
     ``T`` rows, and rows at or before their table's last truncate, give none:
     the target empties the table first. An event's ``salt`` spreads a busy
@@ -156,10 +188,14 @@ def event_batch(
     order, and ``bounds`` holds the commit lsn each group after the first
     starts at (none: one group, 0).
     """
-    if checks is not None:
-        _check(batch, checks)
-    rows = _eventful(pa.Table.from_batches([batch]), truncates)
-    events = _events(rows, tables, spreads or {}, bounds) if rows.num_rows else EVENT_SCHEMA.empty_table()
+    images = _checked(batch, tables, PairRules(checks) if isinstance(checks, Mapping) else checks)
+    keep = _eventful(batch, truncates)
+    if keep.true_count < batch.num_rows:
+        at = np.flatnonzero(keep.to_numpy(zero_copy_only=False))
+        images = tuple(None if values is None else [values[i] for i in at] for values in images)  # type: ignore[assignment]
+        batch = batch.filter(keep)
+    rows = pa.Table.from_batches([batch])
+    events = _events(rows, images, tables, spreads or {}, bounds) if rows.num_rows else EVENT_SCHEMA.empty_table()
     return pa.RecordBatch.from_arrays([column.combine_chunks() for column in events.columns], schema=EVENT_SCHEMA)
 
 
@@ -173,5 +209,6 @@ def event_batches(
 ) -> Iterator[pa.RecordBatch]:
     """:func:`event_batch` over a partition (the ``mapInArrow`` function, with its settings bound)."""
     trim_import_caches()
+    rules = None if checks is None else PairRules(checks)
     for batch in batches:
-        yield event_batch(batch, tables, truncates, spreads, bounds, checks)
+        yield event_batch(batch, tables, truncates, spreads, bounds, rules)

@@ -125,6 +125,37 @@ def _struct_decoder(columns: Sequence[Column]) -> msgspec.json.Decoder[Any]:
     return msgspec.json.Decoder(msgspec.defstruct("Image", fields, rename=rename))
 
 
+def _from_text(column: Column) -> Callable[[Any], Any] | None:
+    """The canonical form of a non-null value of ``column`` as the image check read it (text-encoded types as text)."""
+    if column.type == "timestamp":
+        return lambda value: _micros(msgspec.convert(value, dt.datetime))
+    if column.type in ("date", "binary"):
+        kind = _PY_TYPES[column.type]
+        return lambda value: msgspec.convert(value, kind)
+    return _canonical(column)  # a decimal's and a double's canonical forms take the text as it is
+
+
+def _key_function(
+    decode: Callable[[str], Any] | None, fields: Sequence[tuple[str, Callable[[Any], Any] | None]]
+) -> Callable[[Any], bytes]:
+    """Identity bytes from an image (``decode`` it first) or a decoded one: ``fields``' values, each canonical."""
+    get, encode = operator.attrgetter(*(name for name, _ in fields)), _encode
+    canonicals = [canonical for _, canonical in fields]
+    if all(canonical is None for canonical in canonicals):
+        if decode is None:
+            return (lambda row: encode((get(row),))) if len(fields) == 1 else (lambda row: encode(get(row)))
+        if len(fields) == 1:
+            return lambda image: encode((get(decode(image)),))
+        return lambda image: encode(get(decode(image)))
+
+    def key(image: Any) -> bytes:
+        values = get(image if decode is None else decode(image))
+        values = (values,) if len(canonicals) == 1 else values
+        return encode([v if c is None or v is None else c(v) for v, c in zip(values, canonicals, strict=True)])
+
+    return key
+
+
 def _to_arrow(column: Column, values: list[Any]) -> pa.Array:
     if column.type == "double":
         values = [None if v is None else _double(v) for v in values]
@@ -169,21 +200,19 @@ class TableRules:
     def key_of(self) -> Callable[[str], bytes]:
         """:meth:`key` as one function built for this table: without a canonical form to apply, two C calls."""
         decoder, fields = self._identity
-        decode, encode = decoder.decode, _encode
-        get = operator.attrgetter(*(name for name, _ in fields))
-        if all(canonical is None for _, canonical in fields):
-            if len(fields) == 1:
-                return lambda image: encode((get(decode(image)),))
-            return lambda image: encode(get(decode(image)))
-        canonicals = [canonical for _, canonical in fields]
+        return _key_function(decoder.decode, fields)
 
-        def key(image: str) -> bytes:
-            values = get(decode(image))
-            values = (values,) if len(canonicals) == 1 else values
-            return encode([v if c is None or v is None else c(v) for v, c in zip(values, canonicals, strict=True)])
+    @functools.cached_property
+    def key_of_checked(self) -> Callable[[Any], bytes]:
+        """:meth:`key` of an image the image check decoded already, for this same definition.
 
-        return key
-
+        The check's bulk decoder (:class:`~applier.intermediate.images.ImageRules`)
+        gives a struct whose field ``c<i>`` is column ``i``, text-encoded
+        values as their strings: those are converted to the typed values
+        :meth:`key` encodes, so both give the same bytes for an image.
+        """
+        position = {c.name: i for i, c in enumerate(self.table.columns)}
+        return _key_function(None, [(f"c{position[c.name]}", _from_text(c)) for c in self._identity_columns])
     @functools.cached_property
     def _values(self) -> Callable[[Any], tuple[Any, ...]]:
         fields = [f"c{i}" for i in range(len(self.table.columns))]

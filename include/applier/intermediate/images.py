@@ -43,8 +43,9 @@ def _field(i: int, col: Column, required: bool, quick: bool) -> tuple[Any, ...]:
         kind = kind | None
     if required:
         return (f"c{i}", kind)
-    # Absent is allowed; an explicit null still has to fit the column's nullability.
-    return (f"c{i}", kind | msgspec.UnsetType, msgspec.UNSET)
+    # Absent is allowed; an explicit null still has to fit the column's nullability. The bulk decoders
+    # read an absent value as None (a default is not checked), so their values are of the type or None.
+    return (f"c{i}", kind, None) if quick else (f"c{i}", kind | msgspec.UnsetType, msgspec.UNSET)
 
 
 def _decoder(table: TableDef, required: set[str], quick: bool = False) -> msgspec.json.Decoder[Any]:
@@ -57,30 +58,38 @@ def _decoder(table: TableDef, required: set[str], quick: bool = False) -> msgspe
     return msgspec.json.Decoder(struct)
 
 
-@dataclass(frozen=True)
-class _TableRules:
-    after: msgspec.json.Decoder[Any]
-    before: msgspec.json.Decoder[Any]
-    # The same with text-encoded columns (dates, timestamps, binaries, decimals) as any string: their
-    # patterns are matched a column at a time (_quick_pass), not by msgspec value by value with Python's re.
-    quick_after: msgspec.json.Decoder[Any]
-    quick_before: msgspec.json.Decoder[Any]
-    patterns: tuple[tuple[str, str], ...]  # (field, pattern) of the text-encoded columns
+class ImageRules:
+    """How the images of one table definition are checked: in bulk first, then row by row when that finds something.
+
+    The bulk decoders read the text-encoded columns (dates, timestamps,
+    binaries, decimals) as any string, their patterns matched a column at a
+    time (:func:`check_rows`), not by msgspec value by value with Python's
+    ``re``; the exact decoders, built only when a row must be judged, say
+    what is wrong with it.
+    """
+
+    def __init__(self, table: TableDef) -> None:
+        every = set(table.column_names)
+        self.table = table
+        self._keys = set(table.primary_key) or every
+        self.quick_after = _decoder(table, every, quick=True)
+        self.quick_before = _decoder(table, self._keys, quick=True)
+        patterns = ((f"c{i}", value_pattern(c.type)) for i, c in enumerate(table.columns))
+        self.patterns = tuple((field, pattern) for field, pattern in patterns if pattern is not None)
 
     @staticmethod
     @functools.lru_cache(maxsize=4096)
-    def of(table: TableDef) -> _TableRules:
+    def of(table: TableDef) -> ImageRules:
         """The rules of a definition, built once per process (building costs more than checking a small pair)."""
-        every = set(table.column_names)
-        keys = set(table.primary_key) or every
-        patterns = ((f"c{i}", value_pattern(c.type)) for i, c in enumerate(table.columns))
-        return _TableRules(
-            after=_decoder(table, every),
-            before=_decoder(table, keys),
-            quick_after=_decoder(table, every, quick=True),
-            quick_before=_decoder(table, keys, quick=True),
-            patterns=tuple((field, pattern) for field, pattern in patterns if pattern is not None),
-        )
+        return ImageRules(table)
+
+    @functools.cached_property
+    def after(self) -> msgspec.json.Decoder[Any]:
+        return _decoder(self.table, set(self.table.column_names))
+
+    @functools.cached_property
+    def before(self) -> msgspec.json.Decoder[Any]:
+        return _decoder(self.table, self._keys)
 
 
 def _explain(e: msgspec.MsgspecError, label: str) -> ImageProblem:
@@ -99,7 +108,7 @@ def _explain(e: msgspec.MsgspecError, label: str) -> ImageProblem:
     return ImageProblem("value-wrong-type", f"{label}: {column}{_PATH.sub('', text)}")
 
 
-def _check_row(op: str, before: str | None, after: str | None, rules: _TableRules) -> None:
+def _check_row(op: str, before: str | None, after: str | None, rules: ImageRules) -> None:
     wants_before, wants_after = _NEEDS[op]
     if (before is not None) != wants_before or (after is not None) != wants_after:
         raise ImageProblem("image-unexpected", f"op {op} needs {_NEED_TEXT[op]}")
@@ -114,45 +123,15 @@ def _check_row(op: str, before: str | None, after: str | None, rules: _TableRule
         raise _explain(e, label) from None
 
 
-def _quick_pass(
-    ops: Sequence[str], befores: Sequence[str | None], afters: Sequence[str | None], rules: _TableRules
-) -> bool:
-    """Whether every row surely passes :func:`_check_row` (False: it must check them one by one).
-
-    The images are decoded with the text-encoded columns as any string, then
-    each such column's values are matched at once by RE2 (pyarrow; a few
-    values by ``re``), with the same expressions as the exact decoders
-    (:func:`~applier.intermediate.schema.value_pattern`). A miss only sends
-    the rows to the exact check, which decides and says what is wrong.
-    """
-    decoded: tuple[list[Any], list[Any]] = ([], [])
-    try:
-        for op, before, after in zip(ops, befores, afters, strict=True):
-            wants_before, wants_after = _NEEDS[op]
-            if (before is not None) != wants_before or (after is not None) != wants_after:
-                return False
-            if after is not None:
-                decoded[0].append(rules.quick_after.decode(after))
-            if before is not None:
-                decoded[1].append(rules.quick_before.decode(before))
-    except msgspec.MsgspecError:
-        return False
-    for field, pattern in rules.patterns:
-        for images in decoded:
-            values = [v for v in map(operator.attrgetter(field), images) if isinstance(v, str)]
-            if not all_match(values, pattern):
-                return False
-    return True
-
-
 # RE2 compiles its expression on each call (some 20 us for a date's): fewer values than this are matched by re.
 _FEW = 400
 
 
-def all_match(values: list[str], pattern: str) -> bool:
-    """Whether every value matches ``pattern`` whole (unanchored, reading the same in ``re`` and RE2)."""
+def all_match(values: list[str | None], pattern: str) -> bool:
+    """Whether every value but None matches ``pattern`` whole (unanchored, reading the same in ``re`` and RE2)."""
     if len(values) < _FEW:
-        return all(map(_python_form(pattern), values))
+        match = _python_form(pattern)
+        return all(v is None or match(v) for v in values)
     return not pc.match_substring_regex(pa.array(values, pa.string()), f"^{pattern}$").false_count
 
 
@@ -161,58 +140,80 @@ def _python_form(pattern: str) -> Callable[[str], Any]:
     return re.compile(f"^{pattern}\\Z").match
 
 
-RowsChecker = Callable[[Sequence[str], Sequence[str | None], Sequence[str | None]], tuple[int, ImageProblem] | None]
-"""Rows of one table in, the first wrong one (its index in the rows, and what is wrong) or None out."""
+@dataclass(frozen=True)
+class Checked:
+    """Rows checked in bulk (:func:`check_rows`).
 
-
-def rows_checker(table: TableDef) -> RowsChecker:
-    """What is wrong with rows' images against ``table``, as :func:`check_images` judges: the first row wrong.
-
-    For checks made away from the pair (Spark's executors check the rows they
-    compile): the rules are built once per definition in each process, and
-    the checker is kept by the caller (hashing a definition costs as much as
-    its columns). Rows are checked in bulk first (:func:`_quick_pass`), one by
-    one only when that finds something.
+    Attributes:
+        problem: the first wrong row (its index) and what is wrong; None: every row passed.
+        befores, afters: when every row passed in bulk, each row's images as the
+            bulk decoders read them (a struct whose field ``c<i>`` is column ``i``
+            of the rules' table, text-encoded values as their strings, an absent
+            value None; None for no image, or a row not checked); None when the
+            rows were judged one by one.
     """
-    rules = _TableRules.of(table)
 
-    def first_problem(
-        ops: Sequence[str], befores: Sequence[str | None], afters: Sequence[str | None]
-    ) -> tuple[int, ImageProblem] | None:
-        if _quick_pass(ops, befores, afters, rules):
-            return None
-        for i, (op, before, after) in enumerate(zip(ops, befores, afters, strict=True)):
-            try:
-                _check_row(op, before, after, rules)
-            except ImageProblem as e:
-                return i, e
-        return None
-
-    return first_problem
+    problem: tuple[int, ImageProblem] | None
+    befores: list[Any] | None = None
+    afters: list[Any] | None = None
 
 
-def first_problem(
-    keys: Sequence[Hashable], ops: Sequence[str], befores: Sequence[Any], afters: Sequence[Any],
-    checker_of: Callable[[Any], RowsChecker | None],
-) -> tuple[int, ImageProblem] | None:  # fmt: skip
-    """The first row with a problem among rows of many tables (or pairs), each checked with its own rules.
+def check_rows(
+    keys: Sequence[Hashable], ops: Sequence[str], befores: Sequence[str | None], afters: Sequence[str | None],
+    rules_of: Callable[[Any], ImageRules | None],
+) -> Checked:  # fmt: skip
+    """Check rows of many tables (or pairs) at once, each against its own rules.
 
-    Rows are grouped by ``keys[i]`` (a table, or a pair and table) and each
-    group checked in bulk by ``checker_of(key)`` (None: not checked); the
-    first problem in row order wins, as a row-by-row check would find it.
+    ``rules_of(keys[i])`` gives row ``i``'s rules (None: not checked). Every
+    image is decoded by its table's bulk decoder, then the values of each form
+    (a date, a ``decimal(10,2)``...) are matched at once over all the rows,
+    whatever their table: a few calls per batch, not one per table and column.
+    Anything amiss sends the rows to the exact check, one by one, which finds
+    the first wrong row in row order and says what is wrong, as
+    :func:`check_images` words it.
     """
-    groups: dict[Hashable, list[int]] = {}
-    for i, key in enumerate(keys):
-        groups.setdefault(key, []).append(i)
-    found: tuple[int, ImageProblem] | None = None
-    for key, rows in groups.items():
-        checker = checker_of(key)
-        if checker is None:
+    count = len(ops)
+    decoded: tuple[list[Any], list[Any]] = ([None] * count, [None] * count)
+    rules_by_key: dict[Hashable, ImageRules | None] = {}
+    images: dict[ImageRules, list[Any]] = {}  # every image decoded, by its rules
+    judged = False
+    try:
+        for i, (key, op, before, after) in enumerate(zip(keys, ops, befores, afters, strict=True)):
+            rules = rules_by_key[key] if key in rules_by_key else rules_by_key.setdefault(key, rules_of(key))
+            if rules is None:
+                continue
+            wants_before, wants_after = _NEEDS[op]
+            if (before is not None) != wants_before or (after is not None) != wants_after:
+                judged = True
+                break
+            mine = images.get(rules)
+            if mine is None:
+                mine = images[rules] = []
+            if after is not None:
+                decoded[1][i] = image = rules.quick_after.decode(after)
+                mine.append(image)
+            if before is not None:
+                decoded[0][i] = image = rules.quick_before.decode(before)
+                mine.append(image)
+    except msgspec.MsgspecError:
+        judged = True
+    if not judged:
+        values: dict[str, list[Any]] = {}
+        for rules, decoded_images in images.items():
+            for field, pattern in rules.patterns:
+                values.setdefault(pattern, []).extend(map(operator.attrgetter(field), decoded_images))
+        judged = not all(all_match(found, pattern) for pattern, found in values.items())
+    if not judged:
+        return Checked(None, *decoded)
+    for i, (key, op, before, after) in enumerate(zip(keys, ops, befores, afters, strict=True)):
+        rules = rules_by_key.get(key) if key in rules_by_key else rules_by_key.setdefault(key, rules_of(key))
+        if rules is None:
             continue
-        wrong = checker([ops[i] for i in rows], [befores[i] for i in rows], [afters[i] for i in rows])
-        if wrong is not None and (found is None or rows[wrong[0]] < found[0]):
-            found = rows[wrong[0]], wrong[1]
-    return found
+        try:
+            _check_row(op, before, after, rules)
+        except ImageProblem as e:
+            return Checked((i, e))
+    return Checked(None)
 
 
 def check_images(data: pa.Table, tables: dict[str, TableDef]) -> None:
@@ -227,7 +228,7 @@ def check_images(data: pa.Table, tables: dict[str, TableDef]) -> None:
         ImageProblem: naming the first wrong row (lsn, xid, table) and what is wrong.
     """
     names, ops, befores, afters = (data[c].to_pylist() for c in ("table", "op", "before", "after"))
-    wrong = first_problem(names, ops, befores, afters, lambda name: rows_checker(tables[name]))
+    wrong = check_rows(names, ops, befores, afters, lambda name: ImageRules.of(tables[name])).problem
     if wrong is not None:
         i, e = wrong
         lsn, xid = data["lsn"][i].as_py(), data["xid"][i].as_py()
