@@ -8,11 +8,14 @@ events, schema evolution) is :class:`applier.intermediate.stream.StreamValidator
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from types import MappingProxyType
 from typing import Any, TypeGuard
 
 import msgspec
@@ -301,25 +304,37 @@ def _read_dat(
     if TABLES_METADATA_KEY not in metadata:
         raise _corrupt(ref, ref.dat_path, "dat-no-table-metadata", "Parquet metadata has no 'cdc.tables' key")
     try:
-        raw_tables = json.loads(metadata[TABLES_METADATA_KEY])
-        if not isinstance(raw_tables, dict):
-            raise SchemaError("cdc.tables is not a JSON object")
-    except (ValueError, SchemaError) as e:
-        raise _corrupt(ref, ref.dat_path, "dat-table-metadata-invalid", f"cdc.tables: {e}") from e
-    for name in raw_tables:
-        try:
-            check_table_name(name)
-        except SchemaError as e:
-            raise InvalidChangeError(ref.dat_path, ref.seq, "table-name-unsafe", str(e)) from e
-    try:
-        defs = {name: parse_table_def(name, raw) for name, raw in raw_tables.items()}
-    except (ValueError, SchemaError) as e:
+        defs = dict(_table_defs(metadata[TABLES_METADATA_KEY]))
+    except SchemaError as e:
+        raise InvalidChangeError(ref.dat_path, ref.seq, "table-name-unsafe", str(e)) from e
+    except ValueError as e:
         raise _corrupt(ref, ref.dat_path, "dat-table-metadata-invalid", f"cdc.tables: {e}") from e
     if table.num_rows != header.dat_rows:
         raise _corrupt(
             ref, ref.dat_path, "rows-mismatch", f"file has {table.num_rows} rows, header says {header.dat_rows}"
         )
     return table.select([n for n in DAT_COLUMNS if n in table.column_names]), defs, _autocorrect(ref, metadata)
+
+
+@functools.lru_cache(maxsize=16)
+def _table_defs(metadata: bytes) -> Mapping[str, TableDef]:
+    """A ``cdc.tables`` value parsed, once for the run's pairs that carry the same one (usually all of them).
+
+    Successive pairs share the definitions' objects, so comparing them (the
+    stream's schema checks, the executors' image rules) is an identity test.
+
+    Raises:
+        SchemaError: a table's name is not safe; ValueError: the value is not a valid ``cdc.tables``.
+    """
+    raw_tables = json.loads(metadata)
+    if not isinstance(raw_tables, dict):
+        raise ValueError("cdc.tables is not a JSON object")
+    for name in raw_tables:
+        check_table_name(name)
+    try:
+        return MappingProxyType({name: parse_table_def(name, raw) for name, raw in raw_tables.items()})
+    except SchemaError as e:
+        raise ValueError(str(e)) from e
 
 
 def _check_row_columns(ref: PairRef, table: pa.Table, defs: dict[str, TableDef]) -> None:

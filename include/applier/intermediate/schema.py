@@ -153,6 +153,8 @@ def evolution_problem(old: TableDef, new: TableDef) -> str | None:
     The old columns must keep their order, types and nullability, the key must
     stay the same, and every added column must be nullable.
     """
+    if old == new:  # the usual case, and cheap when the pairs share their definitions (one object each)
+        return None
     if old.primary_key != new.primary_key:
         return f"primary key changed from {list(old.primary_key)} to {list(new.primary_key)}"
     new_by_name = {c.name: c for c in new.columns}
