@@ -270,12 +270,13 @@ def delta_ids(config: Any) -> set[int]:
     return set(table.to_pyarrow_table(columns=["id"])["id"].to_pylist())
 
 
+@pytest.mark.parametrize("max_cmds", [100_000, 2_000], ids=["one group", "groups applied together"])
 def test_on_delta_a_check_constraint_refuses_before_any_table_commits_and_the_bad_transactions_are_found(
-    tmp_path: Path, spark: Any, capsys: pytest.CaptureFixture[str]
+    tmp_path: Path, spark: Any, capsys: pytest.CaptureFixture[str], max_cmds: int
 ) -> None:
     pairs = tmp_path / "pairs"
     write_workload(pairs, bad_check={300, 600}, bad_unique=set(), seqs=range(1, 2))
-    config = make_config(tmp_path, pairs, compile_retry_threshold=THRESHOLD)
+    config = make_config(tmp_path, pairs, compile_retry_threshold=THRESHOLD, compile_max_cmds=max_cmds)
     run(config, spark)  # creates the table
     DeltaTable(str(config.target.path / "shop" / "items")).alter.add_constraint({"qty_not_negative": "qty >= 0"})
     write_workload(pairs, bad_check={300, 600}, bad_unique=set(), seqs=range(2, 5))
@@ -291,6 +292,14 @@ def test_on_delta_a_check_constraint_refuses_before_any_table_commits_and_the_ba
     summary = run(logging, spark)
     assert delta_ids(config) == ids_of(set(range(TRANSACTIONS)) - {300, 600})
     assert [e["xid"] for e in summary.reports[-1].exceptions] == ["x300", "x600"]
+    groups = summary.reports[-1].groups
+    if max_cmds < TRANSACTIONS * ROWS_EACH:  # after x300, the rest's groups were tried as one part, then one by one
+        (together,) = [g for g in groups if g["mode"] == "together"]
+        assert "qty_not_negative" in str(together["refused"]) and together["transactions"] == TRANSACTIONS - 301
+        one_by_one = groups[groups.index(together) + 1 :]
+        assert len(one_by_one) == together["groups"] == 4
+        assert sum(g["transactions"] for g in one_by_one) == together["transactions"]
+        assert [g["mode"] for g in one_by_one].count("retry") == 1  # the group of x600
     kept = DeltaTarget(config.target.path, config.configuration_name).exceptions()
     assert [(e["xid"], e["error_class"], e["changes"], e["pair_seq"]) for e in kept] == [
         ("x300", "check", ROWS_EACH, 2),
