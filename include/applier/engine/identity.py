@@ -213,6 +213,7 @@ class TableRules:
         """
         position = {c.name: i for i, c in enumerate(self.table.columns)}
         return _key_function(None, [(f"c{position[c.name]}", _from_text(c)) for c in self._identity_columns])
+
     @functools.cached_property
     def _values(self) -> Callable[[Any], tuple[Any, ...]]:
         fields = [f"c{i}" for i in range(len(self.table.columns))]

@@ -175,11 +175,17 @@ def check_rows(
     count = len(ops)
     decoded: tuple[list[Any], list[Any]] = ([None] * count, [None] * count)
     rules_by_key: dict[Hashable, ImageRules | None] = {}
+
+    def rules_for(key: Hashable) -> ImageRules | None:
+        if key not in rules_by_key:
+            rules_by_key[key] = rules_of(key)
+        return rules_by_key[key]
+
     images: dict[ImageRules, list[Any]] = {}  # every image decoded, by its rules
     judged = False
     try:
         for i, (key, op, before, after) in enumerate(zip(keys, ops, befores, afters, strict=True)):
-            rules = rules_by_key[key] if key in rules_by_key else rules_by_key.setdefault(key, rules_of(key))
+            rules = rules_for(key)
             if rules is None:
                 continue
             wants_before, wants_after = _NEEDS[op]
@@ -206,7 +212,7 @@ def check_rows(
     if not judged:
         return Checked(None, *decoded)
     for i, (key, op, before, after) in enumerate(zip(keys, ops, befores, afters, strict=True)):
-        rules = rules_by_key.get(key) if key in rules_by_key else rules_by_key.setdefault(key, rules_of(key))
+        rules = rules_for(key)
         if rules is None:
             continue
         try:
