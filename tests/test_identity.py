@@ -15,7 +15,7 @@ from typing import Any
 import pyarrow as pa
 import pytest
 
-from applier.engine.events import event_batch, event_batches
+from applier.engine.events import _texts, event_batch, event_batches
 from applier.engine.identity import (
     COUNT,
     NET_OP,
@@ -289,3 +289,13 @@ def test_identities_from_the_checks_decoding_equal_those_decoded_again() -> None
     )
     again = event_batch(checked, CHECKED_TABLES, {}, checks={1: older}).to_pylist()
     assert again == event_batch(narrowed, CHECKED_TABLES, {}).to_pylist() and len(again) >= len(bag)
+
+
+def test_a_batchs_texts_are_views_of_its_values_nulls_and_slices_included() -> None:
+    values = ['{"id": 1}', None, "", '{"name": "é\\u00e9"}', None, '{"id": 22}']
+    column = pa.array(values, pa.string())
+    for start, length in [(0, 6), (1, 4), (3, 3), (1, 1)]:
+        part = column.slice(start, length)
+        texts = _texts(part)
+        assert [None if t is None else bytes(t).decode() for t in texts] == values[start : start + length]
+    assert _texts(pa.array([None, None], pa.string())) == [None, None]

@@ -9,7 +9,7 @@ import pyarrow as pa
 import pytest
 
 from applier.engine.events import EVENT_SCHEMA
-from applier.engine.reduce import net_identities
+from applier.engine.reduce import fold, net_identities
 
 
 def _events(rng: random.Random, count: int) -> list[dict[str, Any]]:
@@ -28,6 +28,8 @@ def _events(rng: random.Random, count: int) -> list[dict[str, Any]]:
                 "image": f"image at {at}",
                 "salt": 0,
                 "group": rng.choice([0, 0, 1]),
+                "first_commit_lsn": at // 10,
+                "first_lsn": at,
             }
         )
     return events
@@ -43,11 +45,22 @@ def _walk(events: list[dict[str, Any]]) -> dict[tuple[str, int, bytes], tuple[bo
     return found
 
 
+def _folded_in_parts(rng: random.Random, events: list[dict[str, Any]]) -> pa.Table:
+    """The events dealt into a few parts at random, each folded, as executors fold their partitions."""
+    parts: list[list[dict[str, Any]]] = [[] for _ in range(rng.randint(1, 4))]
+    for event in events:
+        rng.choice(parts).append(event)
+    folded = [fold(pa.Table.from_pylist(part, schema=EVENT_SCHEMA)) for part in parts if part]
+    return pa.concat_tables(rng.sample(folded, len(folded)))
+
+
+@pytest.mark.parametrize("folded", [False, True], ids=["events", "folded-first"])
 @pytest.mark.parametrize("seed", range(20))
-def test_each_identity_gets_its_first_existed_its_last_state_and_its_summed_count(seed: int) -> None:
+def test_each_identity_gets_its_first_existed_its_last_state_and_its_summed_count(seed: int, folded: bool) -> None:
     rng = random.Random(seed)
     events = _events(rng, rng.randint(1, 60))
-    table = pa.Table.from_pylist(rng.sample(events, len(events)), schema=EVENT_SCHEMA)  # in any order
+    shuffled = rng.sample(events, len(events))  # in any order
+    table = _folded_in_parts(rng, shuffled) if folded else pa.Table.from_pylist(shuffled, schema=EVENT_SCHEMA)
     net = net_identities(table)
     walked = _walk(events)
     assert net.num_rows == len(walked)
@@ -64,3 +77,31 @@ def test_each_identity_gets_its_first_existed_its_last_state_and_its_summed_coun
 
 def test_no_events_give_no_identities() -> None:
     assert net_identities(EVENT_SCHEMA.empty_table()).num_rows == 0
+
+
+def test_a_folded_event_spans_its_identitys_first_and_last_positions() -> None:
+    rng = random.Random(7)
+    events = _events(rng, 40)
+    folded = fold(pa.Table.from_pylist(events, schema=EVENT_SCHEMA)).to_pylist()
+    for row in folded:
+        mine = [e for e in events if (e["table"], e["group"], e["key"]) == (row["table"], row["group"], row["key"])]
+        positions = sorted((e["commit_lsn"], e["lsn"]) for e in mine)
+        assert (row["first_commit_lsn"], row["first_lsn"]) == positions[0]
+        assert (row["commit_lsn"], row["lsn"]) == positions[-1]
+        assert row["n"] == sum(e["n"] for e in mine)
+
+
+@pytest.mark.parametrize("folded", [False, True], ids=["events", "folded-first"])
+def test_two_events_at_one_position_keep_their_order(folded: bool) -> None:
+    """A keyless update that keeps its row value: the copy removed, then added back, in one row."""
+    at = {"commit_lsn": 5, "lsn": 3, "first_commit_lsn": 5, "first_lsn": 3}
+    common = {"table": "s.keyless", "key": b"[1,2]", "salt": 0, "group": 0, "image": "row"}
+    removed = {**common, **at, "present": False, "existed": True, "n": -1}
+    added = {**common, **at, "present": True, "existed": False, "n": 1}
+    earlier = {**common, "commit_lsn": 1, "lsn": 1, "first_commit_lsn": 1, "first_lsn": 1}
+    inserted = {**earlier, "present": True, "existed": False, "n": 1}
+    table = pa.Table.from_pylist([inserted, removed, added], schema=EVENT_SCHEMA)
+    if folded:
+        table = pa.concat_tables([fold(table.slice(1)), fold(table.slice(0, 1))])
+    [net] = net_identities(table).to_pylist()
+    assert (net["existed"], net["present"], net["n"]) == (False, True, 1)

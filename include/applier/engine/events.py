@@ -17,6 +17,7 @@ whole batch, whatever the number of tables in it.
 
 from __future__ import annotations
 
+import itertools
 import zlib
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any
@@ -27,6 +28,7 @@ import pyarrow.compute as pc
 
 from applier.engine.identity import TableRules, rules_of
 from applier.engine.image_checks import Checks, PairRules, refusal
+from applier.engine.reduce import fold
 from applier.engine.worker_path import trim_import_caches
 from applier.intermediate.schema import TableDef
 
@@ -42,12 +44,22 @@ EVENT_SCHEMA = pa.schema(
         ("image", pa.string()),
         ("salt", pa.int32()),
         ("group", pa.int32()),
+        ("first_commit_lsn", pa.int64()),
+        ("first_lsn", pa.int64()),
     ]
 )
+"""An event of an identity, ending at ``commit_lsn, lsn`` and starting at ``first_commit_lsn, first_lsn``.
+
+A row's event is at one position, where it starts and ends; a folded event
+spans several rows' events of one identity (:func:`~applier.engine.reduce.fold`).
+"""
+
+FOLD_BYTES = 64 * 1024 * 1024
+"""Events an executor holds before it folds them and passes them on (:func:`event_batches`)."""
 
 
 Images = tuple[list[Any], list[Any], list[Any] | None, list[Any] | None]
-"""A batch's images as Python values: before and after texts, and the images the check decoded (or None)."""
+"""A batch's images as Python values: before and after texts (:func:`_texts`), those the check decoded (or None)."""
 
 
 def _checked(batch: pa.RecordBatch, tables: Mapping[str, TableDef], checks: PairRules | None) -> Images:
@@ -57,7 +69,7 @@ def _checked(batch: pa.RecordBatch, tables: Mapping[str, TableDef], checks: Pair
     definitions. An image the check decoded is kept for its identity when its
     pair defines the table as the cycle does (:meth:`~applier.engine.identity.TableRules.key_of_checked`).
     """
-    befores, afters = batch.column("before").to_pylist(), batch.column("after").to_pylist()
+    befores, afters = _texts(batch.column("before")), _texts(batch.column("after"))
     if checks is None:
         return befores, afters, None, None
     seqs, tables_of = batch.column("seq").to_pylist(), batch.column("table").to_pylist()
@@ -72,6 +84,24 @@ def _checked(batch: pa.RecordBatch, tables: Mapping[str, TableDef], checks: Pair
         if not checks.defines_as(where, tables):
             checked.befores[i] = checked.afters[i] = None
     return befores, afters, checked.befores, checked.afters
+
+
+def _texts(column: pa.Array) -> list[memoryview | None]:
+    """A string column's values as views of its buffer, None for null: msgspec reads a view as it reads a ``str``.
+
+    Making a ``str`` of each image (a copy, and a scan of its UTF-8) and reading
+    it back took longer than decoding the image from the view.
+    """
+    count = len(column)
+    if column.null_count == count:
+        return [None] * count
+    _, offsets, data = column.buffers()
+    view = memoryview(data)
+    at = np.frombuffer(offsets, np.int32, count + 1, column.offset * 4).tolist()
+    if column.null_count == 0:
+        return [view[start:end] for start, end in itertools.pairwise(at)]
+    valid = column.is_valid().to_numpy(zero_copy_only=False).tolist()
+    return [view[start:end] if ok else None for (start, end), ok in zip(itertools.pairwise(at), valid, strict=True)]
 
 
 def _eventful(rows: pa.RecordBatch, truncates: Mapping[str, tuple[int, int]]) -> pa.Array:
@@ -130,6 +160,7 @@ def _events(
 
     def events(mask: pa.Array, key: pa.Array, image: pa.ChunkedArray, present: bool, existed: pa.Array) -> pa.Table:
         taken, table = pc.filter(key, mask), pc.filter(rows.column("table"), mask)
+        position = pc.filter(commit_lsn, mask), pc.filter(rows.column("lsn"), mask)
         n = len(taken)
         if spread:
             by = zip(table.to_pylist(), taken.to_pylist(), strict=True)
@@ -140,14 +171,16 @@ def _events(
             {
                 "table": table,
                 "key": taken,
-                "commit_lsn": pc.filter(commit_lsn, mask),
-                "lsn": pc.filter(rows.column("lsn"), mask),
+                "commit_lsn": position[0],
+                "lsn": position[1],
                 "present": pa.repeat(present, n),
                 "existed": pc.filter(existed, mask),
                 "n": pa.repeat(pa.scalar(1 if present else -1, pa.int32()), n),
                 "image": pc.filter(image, mask),
                 "salt": salts,
                 "group": pc.filter(group, mask),
+                "first_commit_lsn": position[0],
+                "first_lsn": position[1],
             },
             schema=EVENT_SCHEMA,
         )
@@ -207,8 +240,30 @@ def event_batches(
     checks: Checks | None,
     batches: Iterable[pa.RecordBatch],
 ) -> Iterator[pa.RecordBatch]:
-    """:func:`event_batch` over a partition (the ``mapInArrow`` function, with its settings bound)."""
+    """:func:`event_batch` over a partition (the ``mapInArrow`` function, with its settings bound), folded.
+
+    The events of up to :data:`FOLD_BYTES` are folded per identity
+    (:func:`~applier.engine.reduce.fold`) before they go on: an identity
+    changed many times in a partition crosses the shuffle once.
+    """
     trim_import_caches()
     rules = None if checks is None else PairRules(checks)
+    pending: list[pa.RecordBatch] = []
+    held = 0
     for batch in batches:
-        yield event_batch(batch, tables, truncates, spreads, bounds, rules)
+        events = event_batch(batch, tables, truncates, spreads, bounds, rules)
+        if events.num_rows:
+            pending.append(events)
+            held += events.nbytes
+        if held >= FOLD_BYTES:
+            yield from _folded(pending)
+            pending, held = [], 0
+    yield from _folded(pending)
+
+
+def _folded(events: list[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+    if events:
+        yield from fold(pa.Table.from_batches(events)).to_batches(max_chunksize=_OUT_ROWS)
+
+
+_OUT_ROWS = 10_000  # rows per batch handed back to Spark (its own default for Arrow batches)

@@ -29,26 +29,30 @@ from applier.engine.worker_path import trim_import_caches
 from applier.intermediate.schema import TableDef
 
 _ORDER = [("table", "ascending"), ("group", "ascending"), ("key", "ascending")]
-_POSITION = [("commit_lsn", "ascending"), ("lsn", "ascending")]
+_FIRST = [("first_commit_lsn", "ascending"), ("first_lsn", "ascending")]
+_NO_LSN = np.iinfo(np.int64).min
 
 
-def net_identities(events: pa.Table) -> pa.Table:
-    """One row per identity of ``events``: ``table``, ``group``, ``existed`` (first event), ``present`` and
-    ``image`` (last event) and ``n`` (summed); each table's together, sorted by group and key.
+def fold(events: pa.Table) -> pa.Table:
+    """The events of each identity folded into one, in the columns of ``events`` (``EVENT_SCHEMA``'s).
 
-    Args:
-        events: events as :func:`applier.engine.events.event_batch` makes them.
+    An event spans the positions ``first_commit_lsn, first_lsn`` to
+    ``commit_lsn, lsn`` (one row's event: one position). The folded event of
+    an identity (``table``, ``group``, ``key``) spans from its events' first
+    position to their last: ``existed`` is its first event's, ``present``
+    and ``image`` its last event's, and ``n`` their sum. Folding is
+    associative: the executors fold the events of each input partition
+    before the shuffle, then fold what meets after it. Two events at one
+    position (an update of a table without a key that keeps its row value:
+    the copy removed, then added) keep their order of arrival.
+
+    The result holds each table's identities together, sorted by group and key.
     """
-    if events.num_rows == 0:
-        return pa.table(
-            {"table": pa.array([], pa.string()), "group": pa.array([], pa.int32()), "existed": pa.array([], pa.bool_()),
-             "present": pa.array([], pa.bool_()), "image": pa.array([], pa.string()), "n": pa.array([], pa.int64())}
-        )  # fmt: skip
     # Tables as small integers: sorting on them groups the rows as well as on the names, and faster.
     tables = events.column("table").combine_chunks().dictionary_encode().indices
-    small = ("group", "key", "commit_lsn", "lsn")
+    small = ("group", "key", "first_commit_lsn", "first_lsn")
     sortable = pa.table({"table": tables, **{name: events.column(name) for name in small}})
-    order = pc.sort_indices(sortable, sort_keys=_ORDER + _POSITION)
+    order = pc.sort_indices(sortable, sort_keys=_ORDER + _FIRST)  # stable: ties keep their order
     count = events.num_rows
     changes = np.zeros(count, dtype=bool)
     changes[0] = True
@@ -57,17 +61,40 @@ def net_identities(events: pa.Table) -> pa.Table:
         differs = pc.not_equal(column.slice(1), column.slice(0, count - 1))
         changes[1:] |= differs.to_numpy(zero_copy_only=False)
     starts = np.flatnonzero(changes)
-    ends = np.append(starts[1:], count) - 1
+    run = np.cumsum(changes) - 1  # each sorted event's identity
+    # The last event: the greatest (commit_lsn, lsn) of its identity, the later one in arrival on a tie.
+    commit_lsn = events.column("commit_lsn").take(order).to_numpy()
+    lsn = events.column("lsn").take(order).to_numpy()
+    latest = commit_lsn == np.maximum.reduceat(commit_lsn, starts)[run]
+    lsn = np.where(latest, lsn, _NO_LSN)
+    latest &= lsn == np.maximum.reduceat(lsn, starts)[run]
+    ends = np.maximum.reduceat(np.where(latest, np.arange(count), -1), starts)
     first, last = order.take(pa.array(starts)), order.take(pa.array(ends))
     counts = np.add.reduceat(events.column("n").take(order).to_numpy().astype(np.int64), starts)
+    columns = {name: events.column(name).take(last) for name in ("commit_lsn", "lsn", "present", "image")}
+    columns.update({name: events.column(name).take(first) for name in ("table", "key", "group", "salt", "existed")})
+    columns.update({name: events.column(name).take(first) for name in ("first_commit_lsn", "first_lsn")})
+    columns["n"] = pa.array(counts.astype(np.int32), pa.int32())
+    return pa.table({name: columns[name] for name in events.column_names})
+
+
+def net_identities(events: pa.Table) -> pa.Table:
+    """One row per identity of ``events``: ``table``, ``group``, ``existed`` (first event), ``present`` and
+    ``image`` (last event) and ``n`` (summed); each table's together, sorted by group and key.
+
+    Args:
+        events: events as :func:`applier.engine.events.event_batch` makes them, or folded (:func:`fold`).
+    """
+    if events.num_rows == 0:
+        return pa.table(
+            {"table": pa.array([], pa.string()), "group": pa.array([], pa.int32()), "existed": pa.array([], pa.bool_()),
+             "present": pa.array([], pa.bool_()), "image": pa.array([], pa.string()), "n": pa.array([], pa.int64())}
+        )  # fmt: skip
+    folded = fold(events)
     return pa.table(
         {
-            "table": events.column("table").take(first),
-            "group": events.column("group").take(first),
-            "existed": events.column("existed").take(first),
-            "present": events.column("present").take(last),
-            "image": events.column("image").take(last),
-            "n": pa.array(counts, pa.int64()),
+            **{name: folded.column(name) for name in ("table", "group", "existed", "present", "image")},
+            "n": folded.column("n").cast(pa.int64()),
         }
     )
 
