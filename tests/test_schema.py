@@ -1,10 +1,13 @@
-"""Value checks of the spec's types, at their edges."""
+"""Value checks of the spec's types, at their edges; table definitions as Spark ships them."""
 
 from __future__ import annotations
 
+import pickle
+from dataclasses import replace
+
 import pytest
 
-from applier.intermediate.schema import value_checker
+from applier.intermediate.schema import Column, TableDef, value_checker
 
 
 @pytest.mark.parametrize(
@@ -55,3 +58,19 @@ from applier.intermediate.schema import value_checker
 )
 def test_a_value_fits_its_type_exactly_at_the_edges(type_name: str, value: object, fits: bool) -> None:
     assert value_checker(type_name)(value) is fits
+
+
+def test_a_definition_pickles_as_itself_and_unpickles_once_per_process() -> None:
+    """Spark ships a cycle's definitions to every task: each comes back equal, and one object per definition."""
+    columns = (
+        Column("id", "bigint", False),
+        Column("prénom \"x\"", "string", True),
+        Column("amount", "decimal(38,9)", True),
+    )
+    keyed, keyless = TableDef("s.t", columns, ("id",)), TableDef("s.u", columns, ())
+    shipped = pickle.dumps({1: {"s.t": keyed, "s.u": keyless}, 2: {"s.t": keyed}})
+    first, again = pickle.loads(shipped), pickle.loads(shipped)
+    assert first == {1: {"s.t": keyed, "s.u": keyless}, 2: {"s.t": keyed}}
+    assert first[1]["s.u"].primary_key == () and first[2]["s.t"].column("prénom \"x\"").nullable
+    assert first[1]["s.t"] is first[2]["s.t"] is again[1]["s.t"]
+    assert pickle.loads(pickle.dumps(replace(keyed, primary_key=("amount",)))) != keyed

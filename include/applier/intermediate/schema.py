@@ -8,6 +8,7 @@ checks that a JSON value fits its column type.
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -82,6 +83,24 @@ class TableDef:
 
     def to_json(self) -> dict[str, Any]:
         return {"columns": [c.to_json() for c in self.columns], "primary_key": list(self.primary_key)}
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        # Pickled as its JSON text, unpickled once per process and text: Spark ships a cycle's definitions
+        # (thousands, with their columns) to every task of the compile, where rebuilding each column's object
+        # cost more than checking a small pair.
+        columns = [(c.name, c.type, c.nullable) for c in self.columns]
+        return _table_def_of, (self.name, _ENCODE((columns, self.primary_key)))
+
+
+_ENCODE = msgspec.json.Encoder().encode
+_DECODE = msgspec.json.Decoder(tuple[list[tuple[str, str, bool]], tuple[str, ...]]).decode
+
+
+@functools.lru_cache(maxsize=8192)
+def _table_def_of(name: str, text: bytes) -> TableDef:
+    """The :class:`TableDef` a pickle holds (see ``TableDef.__reduce__``)."""
+    columns, primary_key = _DECODE(text)
+    return TableDef(name, tuple(Column(*column) for column in columns), primary_key)
 
 
 def decimal_precision_scale(type_name: str) -> tuple[int, int] | None:
