@@ -19,7 +19,7 @@ from __future__ import annotations
 import logging
 from collections import Counter
 from collections.abc import Callable, Collection, Iterator, Mapping
-from concurrent.futures import Future
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -38,6 +38,9 @@ from applier.intermediate.schema import TableDef
 from applier.intermediate.stream import StreamValidator, TableAdmission
 
 log = logging.getLogger("applier")
+
+MEASURING_THREADS = 2
+"""Threads that measure a cycle's row images while the driver reads its pairs (:func:`read_cycle`)."""
 
 
 @dataclass
@@ -88,7 +91,7 @@ class CycleInput:
         return sum(p.size for p in self.pairs)
 
 
-def _note_pair(into: CycleInput, pair: Pair, *, measure: bool) -> None:
+def _note_pair(into: CycleInput, pair: Pair) -> None:
     into.pairs.append(pair.ref)
     into.rows_read += pair.data.num_rows
     by_xid = pc.value_counts(pair.data["xid"])
@@ -98,12 +101,6 @@ def _note_pair(into: CycleInput, pair: Pair, *, measure: bool) -> None:
     for xid, table, n in table_rows_by_xid(pair.data):
         into.tables_of.setdefault(xid, set()).add(table)
         into.xid_table_rows[xid, table] += n
-    if "after" in pair.data.column_names:
-        measured = longest_images(pair.data)
-    else:
-        measured = longest_images_in(pair.ref.dat_path) if measure else {}
-    for table, longest in measured.items():
-        into.longest_image[table] = max(into.longest_image.get(table, 0), longest)
     into.truncates.extend(truncate_rows(pair.data))
     into.autocorrect.update(pair.autocorrect)
     counts = pc.value_counts(pair.data["table"])
@@ -117,6 +114,11 @@ def _note_pair(into: CycleInput, pair: Pair, *, measure: bool) -> None:
             into.rollbacks.add(event.xid)
         else:
             into.begun_at[event.xid] = event.ts
+
+
+def _note_images(into: CycleInput, longest: Mapping[str, int]) -> None:
+    for table, n in longest.items():
+        into.longest_image[table] = max(into.longest_image.get(table, 0), n)
 
 
 def longest_images_in(dat_path: Path, batch_rows: int = 65_536) -> dict[str, int]:
@@ -177,21 +179,33 @@ def read_cycle(
     check_rows = check_rows and not defer_images
     checks = checker.submit(refs) if checker is not None and check_rows else {}
     definitions: dict[TableDef, TableDef] = {}  # one object per distinct definition, however many pairs hold it
-    try:
-        for ref in refs:
-            try:
-                checked = _checked_by_worker(checks.get(ref.seq))
-                pair = read_pair(ref, check_rows=check_rows and not checked)
-                validator.check(pair)
-            except IntermediateFileError as e:
-                result.refused = e
-                break
-            _note_pair(result, pair, measure=check_rows or defer_images)  # a re-read needs no sizes
-            if defer_images and pair.data.num_rows:
-                result.unchecked[pair.seq] = {n: definitions.setdefault(d, d) for n, d in pair.tables.items()}
-    finally:
-        for pending in checks.values():
-            pending.cancel()
+    measured: list[Future[dict[str, int]]] = []
+    # Images not read with the pair are measured beside the reading, on threads (Arrow's reads and kernels
+    # leave the interpreter free): a wide cycle's images are several times its other columns.
+    with ThreadPoolExecutor(max_workers=MEASURING_THREADS, thread_name_prefix="measure") as measuring:
+        try:
+            for ref in refs:
+                try:
+                    checked = _checked_by_worker(checks.get(ref.seq))
+                    pair = read_pair(ref, check_rows=check_rows and not checked)
+                    validator.check(pair)
+                except IntermediateFileError as e:
+                    result.refused = e
+                    break
+                _note_pair(result, pair)
+                if "after" in pair.data.column_names:
+                    _note_images(result, longest_images(pair.data))
+                elif check_rows or defer_images:  # a re-read (nothing checked, nothing deferred) needs no sizes
+                    measured.append(measuring.submit(longest_images_in, ref.dat_path))
+                if defer_images and pair.data.num_rows:
+                    result.unchecked[pair.seq] = {n: definitions.setdefault(d, d) for n, d in pair.tables.items()}
+            for sizes in measured:
+                _note_images(result, sizes.result())
+        finally:
+            for pending in checks.values():
+                pending.cancel()
+            for sizes in measured:
+                sizes.cancel()
     return result
 
 
