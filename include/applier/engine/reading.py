@@ -60,7 +60,6 @@ class CycleInput:
         refused: the error of the pair that cut the cycle short, if any.
         xids_by_seq: for each pair, the xids that have rows in it.
         begun_at: xid -> source time (``ts``) of the begins in these pairs.
-        tables_of: xid -> the tables its rows in these pairs change.
         truncates: ``(xid, (table, lsn))`` of every ``T`` row in these pairs.
         table_rows: rows per table in these pairs (of any transaction).
         xid_rows: rows per transaction in these pairs.
@@ -80,7 +79,6 @@ class CycleInput:
     refused: IntermediateFileError | None = None
     xids_by_seq: dict[int, set[str]] = field(default_factory=dict)
     begun_at: dict[str, str] = field(default_factory=dict)
-    tables_of: dict[str, set[str]] = field(default_factory=dict)
     truncates: list[tuple[str, Truncate]] = field(default_factory=list)
     table_rows: Counter[str] = field(default_factory=Counter)
     xid_rows: Counter[str] = field(default_factory=Counter)
@@ -90,21 +88,29 @@ class CycleInput:
     autocorrect: set[str] = field(default_factory=set)
     unchecked: dict[int, dict[str, TableDef]] = field(default_factory=dict)
     read_seconds: float = 0.0
+    # One object per xid and table name, however many of the maps above hold it and whichever file named it.
+    names: dict[str, str] = field(default_factory=dict, repr=False)
 
     @property
     def bytes(self) -> int:
         return sum(p.size for p in self.pairs)
 
+    def tables_of(self, xids: Collection[str]) -> set[str]:
+        """The tables that rows of the transactions ``xids`` change in these pairs."""
+        wanted = xids if isinstance(xids, set | frozenset | dict) else set(xids)
+        return {table for xid, table in self.xid_table_rows if xid in wanted}
+
 
 def _note_pair(into: CycleInput, pair: Pair) -> None:
     into.pairs.append(pair.ref)
     into.rows_read += pair.data.num_rows
+    name = _namer(into.names)
     by_xid = pc.value_counts(pair.data["xid"])
-    xids = by_xid.field("values").to_pylist()
+    xids = [name(xid) for xid in by_xid.field("values").to_pylist()]
     into.xids_by_seq[pair.seq] = set(xids)
     into.xid_rows.update(dict(zip(xids, by_xid.field("counts").to_pylist(), strict=True)))
     for xid, table, n in table_rows_by_xid(pair.data):
-        into.tables_of.setdefault(xid, set()).add(table)
+        xid, table = name(xid), name(table)
         into.xid_table_rows[xid, table] += n
     into.truncates.extend(truncate_rows(pair.data))
     into.autocorrect.update(pair.autocorrect)
@@ -112,13 +118,19 @@ def _note_pair(into: CycleInput, pair: Pair) -> None:
     names, numbers = counts.field("values").to_pylist(), counts.field("counts").to_pylist()
     into.table_rows.update(dict(zip(names, numbers, strict=True)))
     for event in pair.events:
+        xid = name(event.xid)
         if event.record == "commit":
-            into.commits[event.xid] = event.lsn
-            into.commit_seqs[event.xid] = pair.seq
+            into.commits[xid] = event.lsn
+            into.commit_seqs[xid] = pair.seq
         elif event.record == "rollback":
-            into.rollbacks.add(event.xid)
+            into.rollbacks.add(xid)
         else:
-            into.begun_at[event.xid] = event.ts
+            into.begun_at[xid] = event.ts
+
+
+def _namer(names: dict[str, str]) -> Callable[[str], str]:
+    """The canonical object of a name (``names.setdefault(text, text)``): copies of a string are freed."""
+    return lambda text: names.setdefault(text, text)
 
 
 def _note_images(into: CycleInput, longest: Mapping[str, int]) -> None:

@@ -239,7 +239,7 @@ def record_load(report: CycleReport, load: CycleLoad, held: dict[str, int] | Non
 
 
 def _touched(cycle: CycleInput, taken: Mapping[str, BufferedTxn], xids: Collection[str]) -> set[str]:
-    touched: set[str] = set().union(*(cycle.tables_of.get(xid, set()) for xid in xids))
+    touched = cycle.tables_of(xids)
     touched.update(*(t.tables for x, t in taken.items() if x in xids))
     return touched
 
