@@ -11,16 +11,34 @@ cycle's end brought it to about 30 MiB (queue included).
 
 The driver's Arrow work is a few large buffers per pair, where the allocator's
 speed does not show. Executors keep pyarrow's default.
+
+glibc also gives threads heaps of their own (arenas, up to eight per core),
+each keeping what it freed: the threads that measure images while the pairs
+are read, and the Delta writes of four tables at once, left a wide cycle's
+driver (1,000 tables, 90,000 transactions) at 461 MiB through its compile and
+712 MiB at its peak; with one heap, trimmed, 352 and 655 MiB, in the same time.
 """
 
 from __future__ import annotations
 
+import ctypes
+import ctypes.util
+import logging
+
 import pyarrow as pa
+
+_M_ARENA_MAX = -8  # glibc's mallopt parameter
 
 
 def use_system_allocator() -> None:
-    """Allocate the driver's Arrow memory with the C library's allocator (for the whole process)."""
+    """Allocate the driver's Arrow memory with the C library's allocator, on one heap (for the whole process)."""
     pa.set_memory_pool(pa.system_memory_pool())
+    try:
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
+        if libc.mallopt(_M_ARENA_MAX, 1) != 1:
+            raise OSError("mallopt refused M_ARENA_MAX")
+    except (OSError, AttributeError) as e:  # not glibc: its own allocator's heaps stay as they are
+        logging.getLogger("applier").debug("heaps per thread left as they are: %s", e)
 
 
 def return_freed_memory() -> None:
