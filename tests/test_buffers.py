@@ -6,10 +6,14 @@ from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
 import pytest
 
 from applier.engine.buffers import OpenTxn, SpillEvent, TransactionBuffers, safe_xid
+from applier.engine.reading import read_dat_rows
 from applier.engine.spill import read_spill, spill_segments
+from applier.intermediate.pairs import DAT_COLUMNS
 
 # Every row built by _rows() has table "public.t" (8), op "I" (1), no before image,
 # and the after image '{"id":N}' padded to 10 characters: 8 + len(xid) + 8 + 1 + 10 bytes.
@@ -298,3 +302,18 @@ def test_one_million_rows_of_a_thousand_transactions_are_all_buffered(tmp_path: 
 
     assert len(buffers.open_transactions()) == 1_000
     assert sum(t.rows for t in buffers.open_transactions()) == n
+
+
+@pytest.mark.parametrize("batch_rows", [1, 3, 8_192])
+def test_open_rows_are_read_back_a_batch_at_a_time_as_the_whole_file_filtered(tmp_path: Path, batch_rows: int) -> None:
+    """Buffering a pair's open transactions reads it in batches: the same rows, in file order, as reading it whole."""
+    path = tmp_path / "000000000001.dat"
+    xids = ["731", "9", "731", "12", "9", "731", "5"]
+    pq.write_table(_rows(*enumerate(xids, start=1)), path)
+    whole = pq.read_table(path)
+    for wanted in (["731"], ["9", "5"], ["404"], []):
+        value_set = pa.array(wanted, pa.string())
+        expected = whole.filter(pc.is_in(whole["xid"], value_set=value_set))
+        got = read_dat_rows(path, value_set, batch_rows=batch_rows)
+        assert got.to_pylist() == expected.to_pylist()
+        assert got.schema.names == list(DAT_COLUMNS)

@@ -75,7 +75,7 @@ def committed_rows_locally(
     """The rows of ``cycle``'s committed transactions with their ``commit_lsn`` (what Spark's input join gives)."""
     commits = cycle.commits
     wanted = pa.array(sorted(commits), pa.string())
-    read = cache.read if cache is not None else read_dat
+    read = cache.read if cache is not None else None  # None: a batch at a time
     parts = [rows for _, rows in open_rows(cycle, set(commits), read)]
     for path in spill_inputs(taken, memory_file):
         for batch in read_spill(path):
