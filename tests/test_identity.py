@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import datetime as dt
+import gc
 import json
 import math
 import sys
 import zipfile
 import zipimport
+from collections.abc import Iterator
 from decimal import Decimal
 from pathlib import Path
 from typing import Any
@@ -25,6 +27,7 @@ from applier.engine.identity import (
 )
 from applier.engine.netting import table_spreads
 from applier.engine.spill import read_spill
+from applier.engine.worker_path import COLLECTOR_THRESHOLDS
 from applier.intermediate.schema import Column, TableDef
 
 KEYED = TableDef(
@@ -200,6 +203,15 @@ def test_only_tables_with_a_large_share_of_the_rows_are_spread() -> None:
     assert table_spreads(weights, 1) == {} and table_spreads({}, 8) == {}
 
 
+@pytest.fixture
+def collector() -> Iterator[None]:
+    """The collector's thresholds as they were, after a test that runs what Spark's workers run."""
+    before = gc.get_threshold()
+    yield
+    gc.set_threshold(*before)
+
+
+@pytest.mark.usefixtures("collector")
 def test_spark_workers_forget_cached_zip_importers_and_the_jar(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     jar = str(tmp_path / "spark-core_2.13.jar")
     archive = tmp_path / "lib.zip"
@@ -213,6 +225,14 @@ def test_spark_workers_forget_cached_zip_importers_and_the_jar(monkeypatch: pyte
     list(event_batches(TABLES, {}, {}, [], None, []))  # what Spark runs in its workers trims them first
     assert sys.path == kept and jar not in sys.path_importer_cache and inner not in sys.path_importer_cache
     assert not any(isinstance(f, zipimport.zipimporter) for f in sys.path_importer_cache.values())
+
+
+@pytest.mark.usefixtures("collector")
+def test_spark_workers_run_the_collector_less_often() -> None:
+    gc.set_threshold(700, 10, 10)
+    list(event_batches(TABLES, {}, {}, [], None, []))
+    assert gc.get_threshold() == COLLECTOR_THRESHOLDS
+    assert COLLECTOR_THRESHOLDS[0] > 700 and gc.isenabled()
 
 
 DATED = TableDef(

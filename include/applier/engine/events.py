@@ -29,7 +29,7 @@ import pyarrow.compute as pc
 from applier.engine.identity import TableRules, rules_of
 from applier.engine.image_checks import Checks, PairRules, refusal
 from applier.engine.reduce import fold
-from applier.engine.worker_path import trim_import_caches
+from applier.engine.worker_path import prepare_worker
 from applier.intermediate.schema import TableDef
 
 EVENT_SCHEMA = pa.schema(
@@ -246,7 +246,7 @@ def event_batches(
     (:func:`~applier.engine.reduce.fold`) before they go on: an identity
     changed many times in a partition crosses the shuffle once.
     """
-    trim_import_caches()
+    prepare_worker()
     rules = None if checks is None else PairRules(checks)
     pending: list[pa.RecordBatch] = []
     held = 0

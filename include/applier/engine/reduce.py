@@ -25,7 +25,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from applier.engine.identity import chunk_batches
-from applier.engine.worker_path import trim_import_caches
+from applier.engine.worker_path import prepare_worker
 from applier.intermediate.schema import TableDef
 
 _ORDER = [("table", "ascending"), ("group", "ascending"), ("key", "ascending")]
@@ -103,7 +103,7 @@ def net_batches(
     tables: Mapping[str, TableDef], truncated: frozenset[str], folder: str, batches: Iterable[pa.RecordBatch]
 ) -> Iterator[pa.RecordBatch]:
     """A partition's events in, its typed chunk files out (the ``mapInArrow`` function, settings bound)."""
-    trim_import_caches()
+    prepare_worker()
     received = list(batches)
     if not received:
         return

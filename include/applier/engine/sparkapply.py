@@ -33,7 +33,7 @@ from applier.engine.report import CycleReport
 from applier.engine.retry import NO_RETRY, RetryPolicy
 from applier.engine.spill import read_spill
 from applier.engine.touches import last_truncates
-from applier.engine.worker_path import trim_import_caches
+from applier.engine.worker_path import prepare_worker
 from applier.intermediate.schema import TableDef
 from applier.targets import CycleLoad, Part, Target, collisions
 
@@ -80,7 +80,7 @@ def _committed_input(
 
 def spill_batches(paths: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
     """The rows of spill files, batch by batch (a ``mapInArrow`` function over a column of paths)."""
-    trim_import_caches()
+    prepare_worker()
     for batch in paths:
         for path in batch.column(0).to_pylist():
             yield from read_spill(path)
