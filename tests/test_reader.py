@@ -15,6 +15,7 @@ from applier.errors import IntermediateFileError
 from applier.intermediate.pairs import list_pairs
 from applier.intermediate.reader import read_pair
 from applier.intermediate.scan import scan_directory
+from applier.intermediate.schema import tables_metadata_of
 from applier.intermediate.stream import StreamValidator
 from handmade import ACCOUNTS, event, good_first_pair, row, write_pair
 
@@ -372,17 +373,15 @@ def test_pairs_checked_before_keep_their_older_definitions_when_re_read(tmp_path
 
 def test_pairs_carrying_different_tables_share_one_object_per_equal_definition() -> None:
     """Each pair carries the tables it touches: an unchanged table is parsed into the object parsed before."""
-    from applier.intermediate.reader import _table_defs
-
     def column(name: str, kind: str) -> dict[str, object]:
         return {"name": name, "type": kind, "nullable": name != "id"}
 
     a = {"columns": [column("id", "bigint"), column("v", "string")], "primary_key": ["id"]}
     b = {"columns": [column("id", "int"), column("d", "date")], "primary_key": []}
     b_evolved = {"columns": [*b["columns"], column("added", "double")], "primary_key": []}  # type: ignore[list-item]
-    first = _table_defs(json.dumps({"s.a": a, "s.b": b}).encode())
-    second = _table_defs(json.dumps({"s.b": b, "s.c": a}).encode())
-    third = _table_defs(json.dumps({"s.b": b_evolved}).encode())
+    first = tables_metadata_of(json.dumps({"s.a": a, "s.b": b}).encode())
+    second = tables_metadata_of(json.dumps({"s.b": b, "s.c": a}).encode())
+    third = tables_metadata_of(json.dumps({"s.b": b_evolved}).encode())
     assert second["s.b"] is first["s.b"]
     assert second["s.c"] is not first["s.a"] and second["s.c"].name == "s.c"
     assert third["s.b"] != first["s.b"] and [c.name for c in third["s.b"].columns] == ["id", "d", "added"]

@@ -8,14 +8,11 @@ events, schema evolution) is :class:`applier.intermediate.stream.StreamValidator
 
 from __future__ import annotations
 
-import functools
 import hashlib
 import json
 import re
-from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from types import MappingProxyType
 from typing import Any, TypeGuard
 
 import msgspec
@@ -35,7 +32,7 @@ from applier.intermediate.pairs import (
     TABLES_METADATA_KEY,
     PairRef,
 )
-from applier.intermediate.schema import SchemaError, TableDef, check_table_name, parse_table_def
+from applier.intermediate.schema import SchemaError, TableDef, check_table_name, tables_metadata_of
 
 EVENT_RECORDS = frozenset({"begin", "commit", "rollback"})
 _decode_json = msgspec.json.Decoder().decode
@@ -304,7 +301,7 @@ def _read_dat(
     if TABLES_METADATA_KEY not in metadata:
         raise _corrupt(ref, ref.dat_path, "dat-no-table-metadata", "Parquet metadata has no 'cdc.tables' key")
     try:
-        defs = dict(_table_defs(metadata[TABLES_METADATA_KEY]))  # an lru_cache keeps only their digests
+        defs = dict(tables_metadata_of(metadata[TABLES_METADATA_KEY]))
     except SchemaError as e:
         raise InvalidChangeError(ref.dat_path, ref.seq, "table-name-unsafe", str(e)) from e
     except ValueError as e:
@@ -314,48 +311,6 @@ def _read_dat(
             ref, ref.dat_path, "rows-mismatch", f"file has {table.num_rows} rows, header says {header.dat_rows}"
         )
     return table.select([n for n in DAT_COLUMNS if n in table.column_names]), defs, _autocorrect(ref, metadata)
-
-
-def _table_defs(metadata: bytes) -> Mapping[str, TableDef]:
-    """A ``cdc.tables`` value parsed, once for the run's pairs that carry the same one (usually all of them).
-
-    Successive pairs share the definitions' objects, so comparing them (the
-    stream's schema checks, the executors' image rules) is an identity test.
-
-    Raises:
-        SchemaError: a table's name is not safe; ValueError: the value is not a valid ``cdc.tables``.
-    """
-    digest = hashlib.blake2b(metadata, digest_size=16).digest()  # the key kept, not the text (megabytes)
-    parsed = _PARSED.pop(digest, None)
-    if parsed is None:
-        parsed = _parse_tables(metadata)
-    _PARSED[digest] = parsed  # the most recent last
-    while len(_PARSED) > _PARSED_KEPT:
-        del _PARSED[next(iter(_PARSED))]
-    return parsed
-
-
-_PARSED: dict[bytes, Mapping[str, TableDef]] = {}
-_PARSED_KEPT = 16
-
-
-def _parse_tables(metadata: bytes) -> Mapping[str, TableDef]:
-    raw_tables = json.loads(metadata)
-    if not isinstance(raw_tables, dict):
-        raise ValueError("cdc.tables is not a JSON object")
-    for name in raw_tables:
-        check_table_name(name)
-    try:
-        return MappingProxyType({name: _shared(parse_table_def(name, raw)) for name, raw in raw_tables.items()})
-    except SchemaError as e:
-        raise ValueError(str(e)) from e
-
-
-@functools.lru_cache(maxsize=8192)
-def _shared(definition: TableDef) -> TableDef:
-    """The first object seen of an equal definition: pairs that each carry the tables they touch (so differ in
-    ``cdc.tables``) still share one object per table definition, not a copy per pair."""
-    return definition
 
 
 def _check_row_columns(ref: PairRef, table: pa.Table, defs: dict[str, TableDef]) -> None:

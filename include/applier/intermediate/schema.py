@@ -9,9 +9,12 @@ checks that a JSON value fits its column type.
 from __future__ import annotations
 
 import functools
+import hashlib
+import json
 import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from types import MappingProxyType
 from typing import Annotated, Any, Literal
 
 import msgspec
@@ -164,6 +167,51 @@ def parse_table_def(name: str, raw: object) -> TableDef:
     if len(set(raw_pk)) != len(raw_pk):
         raise SchemaError(f"definition of {name} names a primary key column twice")
     return TableDef(name, tuple(columns), tuple(raw_pk))
+
+
+def tables_metadata_of(metadata: bytes) -> Mapping[str, TableDef]:
+    """A ``cdc.tables`` value parsed, once for the run's pairs that carry the same one.
+
+    Each pair carries the definitions of the tables it touches, so consecutive
+    pairs' values differ; an equal definition is still one object, whichever
+    pair brought it (comparing them, in the stream's schema checks and the
+    executors' image rules, is then an identity test). A few values parsed
+    are kept, by a digest of their text: the text is megabytes for a
+    1,000-table source.
+
+    Raises:
+        SchemaError: a table's name is not safe; ValueError: the value is not a valid ``cdc.tables``.
+    """
+    digest = hashlib.blake2b(metadata, digest_size=16).digest()
+    parsed = _PARSED.pop(digest, None)
+    if parsed is None:
+        parsed = _parse_tables(metadata)
+    _PARSED[digest] = parsed  # the most recent last
+    while len(_PARSED) > _PARSED_KEPT:
+        del _PARSED[next(iter(_PARSED))]
+    return parsed
+
+
+_PARSED: dict[bytes, Mapping[str, TableDef]] = {}
+_PARSED_KEPT = 16
+
+
+def _parse_tables(metadata: bytes) -> Mapping[str, TableDef]:
+    raw_tables = json.loads(metadata)
+    if not isinstance(raw_tables, dict):
+        raise ValueError("cdc.tables is not a JSON object")
+    for name in raw_tables:
+        check_table_name(name)
+    try:
+        return MappingProxyType({name: _shared(parse_table_def(name, raw)) for name, raw in raw_tables.items()})
+    except SchemaError as e:
+        raise ValueError(str(e)) from e
+
+
+@functools.lru_cache(maxsize=8192)
+def _shared(definition: TableDef) -> TableDef:
+    """The first object seen of an equal definition (one per table, however many pairs carry it)."""
+    return definition
 
 
 def evolution_problem(old: TableDef, new: TableDef) -> str | None:
