@@ -313,9 +313,10 @@ def test_identities_from_the_checks_decoding_equal_those_decoded_again() -> None
 
 def test_a_batchs_texts_are_views_of_its_values_nulls_and_slices_included() -> None:
     values = ['{"id": 1}', None, "", '{"name": "é\\u00e9"}', None, '{"id": 22}']
-    column = pa.array(values, pa.string())
-    for start, length in [(0, 6), (1, 4), (3, 3), (1, 1)]:
-        part = column.slice(start, length)
-        texts = _texts(part)
-        assert [None if t is None else bytes(t).decode() for t in texts] == values[start : start + length]
-    assert _texts(pa.array([None, None], pa.string())) == [None, None]
+    for kind in (pa.string(), pa.large_string(), pa.string_view()):
+        column = pa.array(values, kind)
+        for start, length in [(0, 6), (1, 4), (3, 3), (1, 1)]:
+            texts = _texts(column.slice(start, length))
+            as_text = [t if t is None or isinstance(t, str) else bytes(t).decode() for t in texts]
+            assert as_text == values[start : start + length]
+        assert _texts(pa.array([None, None], kind)) == [None, None]

@@ -95,13 +95,19 @@ def _texts(column: pa.Array) -> list[memoryview | None]:
     count = len(column)
     if column.null_count == count:
         return [None] * count
+    width = _OFFSETS.get(column.type)
+    if width is None:  # a string view, say: its values as Python strings
+        return column.to_pylist()  # type: ignore[no-any-return]
     _, offsets, data = column.buffers()
     view = memoryview(data)
-    at = np.frombuffer(offsets, np.int32, count + 1, column.offset * 4).tolist()
+    at = np.frombuffer(offsets, width, count + 1, column.offset * width().itemsize).tolist()
     if column.null_count == 0:
         return [view[start:end] for start, end in itertools.pairwise(at)]
     valid = column.is_valid().to_numpy(zero_copy_only=False).tolist()
     return [view[start:end] if ok else None for (start, end), ok in zip(itertools.pairwise(at), valid, strict=True)]
+
+
+_OFFSETS: dict[pa.DataType, Any] = {pa.string(): np.int32, pa.large_string(): np.int64}
 
 
 def _eventful(rows: pa.RecordBatch, truncates: Mapping[str, tuple[int, int]]) -> pa.Array:
