@@ -195,7 +195,6 @@ def read_cycle(
     result = CycleInput()
     check_rows = check_rows and not defer_images
     checks = checker.submit(refs) if checker is not None and check_rows else {}
-    definitions: dict[TableDef, TableDef] = {}  # one object per distinct definition, however many pairs hold it
     measured: list[Future[dict[str, int]]] = []
     # Images not read with the pair are measured beside the reading, on a thread (Arrow's reads and kernels
     # leave the interpreter free): a wide cycle's images are several times its other columns.
@@ -215,7 +214,7 @@ def read_cycle(
                 elif check_rows or defer_images:  # a re-read (nothing checked, nothing deferred) needs no sizes
                     measured.append(measuring.submit(longest_images_in, ref.dat_path))
                 if defer_images and pair.data.num_rows:
-                    result.unchecked[pair.seq] = {n: definitions.setdefault(d, d) for n, d in pair.tables.items()}
+                    result.unchecked[pair.seq] = dict(pair.tables)  # one object per definition already
             for sizes in measured:
                 _note_images(result, sizes.result())
         finally:
