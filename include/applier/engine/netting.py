@@ -16,7 +16,9 @@ The job reads the committed rows once and shuffles once, for all tables:
    first), and so are the ``T`` rows; every other row yields
    events on *identities*: present with its after image, or absent (a delete,
    the old key of an update that moves the key). On a table without a key
-   every event also counts +1 (a copy added) or -1 (removed).
+   every event also counts +1 (a copy added) or -1 (removed). Each
+   executor folds its partition's events per identity before passing them
+   on (:func:`applier.engine.reduce.fold`).
 2. Per table and identity (one shuffle, then one Arrow sort of each
    partition on the executor: :mod:`applier.engine.reduce`), the first event
    says whether the identity existed before the cycle, the last one decides

@@ -1,20 +1,23 @@
 """Per identity, its first and last events: the compile's aggregation, in Arrow on each executor.
 
-After the shuffle on ``(table, salt)`` every event of an identity is in one
-partition. A partition's events are sorted once (Arrow's sort, in C++) on
-``(table, group, key, commit_lsn, lsn)``, the table as a small integer and
-without the images (taken once, at each identity's last event); each run of
-one table, group and key is an identity: its first event says whether it
-existed before the cycle, its last one gives its final state and image, and
-the counts add up. The result holds each table's identities together, in
-group order, as :func:`applier.engine.identity.chunk_batches` takes it.
+Events are folded per identity (:func:`fold`) twice: by each executor over
+its input partition's events before the shuffle (an identity changed many
+times in a pair then crosses it once), and after the shuffle on
+``(table, salt)``, where every event of an identity is in one partition. A
+fold sorts the events once (Arrow's sort, in C++) on ``(table, group, key)``
+and each event's first position, the table as a small integer and without
+the images (taken once, at each identity's last event); each run of one
+table, group and key is an identity: its first event says whether it existed
+before the cycle, its last one (the greatest position) gives its final state
+and image, and the counts add up. The result holds each table's identities
+together, in group order, as :func:`applier.engine.identity.chunk_batches`
+takes it.
 
 Spark's own aggregation (``min_by``/``max_by`` over a struct holding the image)
 kept a string in its buffer, so it sorted the events on both sides of the
-shuffle and again within partitions; doing it here sorts them once. A partition
-is held whole meanwhile: the compile sizes its partitions by input bytes
-(:data:`applier.engine.netting.INPUT_BYTES_PER_PARTITION`).
-"""
+shuffle and again within partitions; doing it here sorts them once a side. A
+partition is held whole meanwhile: the compile sizes its partitions by input
+bytes (:data:`applier.engine.netting.INPUT_BYTES_PER_PARTITION`)."""
 
 from __future__ import annotations
 
