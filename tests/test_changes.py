@@ -1,0 +1,29 @@
+"""Net-change helpers of applier.engine.changes that guard a target's writes."""
+
+from __future__ import annotations
+
+import pyarrow as pa
+import pytest
+
+from applier.engine.changes import repeated_keys
+
+
+@pytest.mark.parametrize(
+    ("ids", "repeated"),
+    [
+        ([1, 2, 3], 0),
+        ([], 0),
+        ([1, 2, 1, 3, 2, 1], 2),
+        ([None, 1, None], 1),  # null equals null
+        ([None, 1, 2], 0),
+    ],
+)
+def test_repeated_keys_counts_key_values_held_by_more_than_one_row(ids: list[int | None], repeated: int) -> None:
+    rows = pa.table({"id": pa.array(ids, pa.int64()), "v": pa.array(range(len(ids)), pa.int64())})
+    assert repeated_keys(rows, ("id",)) == repeated
+
+
+def test_repeated_keys_of_a_composite_key_compare_every_key_column() -> None:
+    rows = pa.table({"a": [1, 1, 2, 2, 1], "b": ["x", "y", "x", "x", "x"], "v": [0, 1, 2, 3, 4]})
+    assert repeated_keys(rows, ("a", "b")) == 2  # (1, x) twice, (2, x) twice
+    assert repeated_keys(rows, ("a", "b", "v")) == 0
