@@ -352,3 +352,26 @@ def test_second_extractor_on_one_folder_is_refused(tmp_path: Path, logical_sourc
     with holder, pytest.raises(RunLockedError, match=r"another run is extracting into this configuration: the lock"):
         extract(config)
     assert RunLockedError.exit_code == 6
+
+
+def test_a_chunk_is_read_in_one_snapshot_that_an_open_transaction_does_not_hold_up(logical_source: Source) -> None:
+    """A nonatomic chunk's read (``select_settled``): one repeatable-read snapshot; a transaction still open is
+    simply not in it, and the read does not wait for it (only a commit not yet visible is waited out)."""
+    from applier.extract.source import relation, select_settled
+
+    url = logical_source[0]
+    with psycopg.connect(url, autocommit=True) as conn, psycopg.connect(url) as writer:
+        conn.execute("CREATE TABLE public.chunked (id integer PRIMARY KEY, v text)")
+        conn.execute("INSERT INTO public.chunked VALUES (1, 'a'), (2, 'b')")
+        writer.execute("INSERT INTO public.chunked VALUES (3, 'c')")  # open: in progress for every snapshot
+        writer.execute("UPDATE public.chunked SET v = 'z' WHERE id = 1")
+        started = time.monotonic()
+        rows = select_settled(conn, relation(conn, "public.chunked"), psycopg.sql.SQL("ORDER BY id"))
+        assert rows == [("1", "a"), ("2", "b")]
+        assert time.monotonic() - started < 5
+        assert conn.info.transaction_status == psycopg.pq.TransactionStatus.IDLE and conn.isolation_level is None
+        writer.commit()
+        assert select_settled(conn, relation(conn, "public.chunked"), psycopg.sql.SQL("ORDER BY id")) == [
+            ("1", "z"), ("2", "b"), ("3", "c")
+        ]
+        conn.execute("DROP TABLE public.chunked")

@@ -424,7 +424,7 @@ class Materializer:
                 sql.SQL("{}::" + t).format(sql.Literal(v)) for v, t in zip(chunked.after_key, casts, strict=True)
             )
             where = sql.SQL("WHERE ({}) > ({}) ").format(key_sql, after) + where
-        rows = source.select_text(conn, rel, where).fetchall()
+        rows = source.select_settled(conn, rel, where)  # sees every commit before the low marker
         held: dict[tuple[Any, ...], Image] = {}
         for row in rows:
             image = self.image_of(rel, row)

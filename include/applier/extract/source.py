@@ -12,6 +12,7 @@ place (see :mod:`applier.extract.run`).
 from __future__ import annotations
 
 import contextlib
+import time
 from collections.abc import Generator, Sequence
 from dataclasses import dataclass
 
@@ -280,6 +281,45 @@ def select_text(
         cursor.itersize = FETCH_ROWS
     cursor.execute(query)
     return cursor
+
+
+def select_settled(
+    conn: psycopg.Connection[tuple[object, ...]], table: Relation, tail: sql.Composable | None = None
+) -> list[tuple[object, ...]]:
+    """:func:`select_text`'s rows, read in a snapshot that sees every transaction committed before it was taken.
+
+    PostgreSQL records a commit (in the WAL, then in the commit log) before it
+    makes the transaction visible to new snapshots. A snapshot taken between
+    the two misses a transaction whose commit comes before it in the WAL: a
+    nonatomic chunk read so, just after its low marker, misses a change the
+    decoder places before the marker (outside the window), and the chunk's
+    older row then overwrites it (a pgbench account lost its updates once, under
+    load). The read is repeated while its snapshot holds a transaction the
+    commit log says is committed: a matter of moments.
+
+    Raises:
+        ExtractError: the snapshot did not settle after :data:`SETTLE_TRIES` reads.
+    """
+    if conn.info.transaction_status != psycopg.pq.TransactionStatus.IDLE:
+        conn.commit()  # the marker just emitted is committed already; nothing else is open here
+    isolation, conn.isolation_level = conn.isolation_level, psycopg.IsolationLevel.REPEATABLE_READ
+    try:
+        for _ in range(SETTLE_TRIES):
+            with conn.transaction():
+                rows = select_text(conn, table, tail).fetchall()
+                (late,) = conn.execute(_LATE_COMMITS).fetchone() or (0,)
+            if not late:
+                return rows
+            time.sleep(0.001)
+    finally:
+        conn.isolation_level = isolation
+    raise ExtractError(f"table {table.namespace}.{table.name}: no snapshot without a commit not yet visible")
+
+
+SETTLE_TRIES = 1000
+_LATE_COMMITS = (
+    "SELECT count(*) FROM pg_snapshot_xip(pg_current_snapshot()) AS x WHERE pg_xact_status(x) = 'committed'"
+)
 
 
 def column_types(conn: psycopg.Connection[tuple[object, ...]], table: Relation, columns: Sequence[str]) -> list[str]:
