@@ -17,7 +17,8 @@ Spark's own aggregation (``min_by``/``max_by`` over a struct holding the image)
 kept a string in its buffer, so it sorted the events on both sides of the
 shuffle and again within partitions; doing it here sorts them once a side. A
 partition is held whole meanwhile: the compile sizes its partitions by input
-bytes (:data:`applier.engine.netting.INPUT_BYTES_PER_PARTITION`)."""
+bytes (:data:`applier.engine.netting.INPUT_BYTES_PER_PARTITION`).
+"""
 
 from __future__ import annotations
 
@@ -34,6 +35,9 @@ from applier.intermediate.schema import TableDef
 _ORDER = [("table", "ascending"), ("group", "ascending"), ("key", "ascending")]
 _FIRST = [("first_commit_lsn", "ascending"), ("first_lsn", "ascending")]
 _NO_LSN = np.iinfo(np.int64).min
+# A folded event's columns: from its identity's last event, from its first; ``n`` is their sum.
+_FROM_LAST = ("commit_lsn", "lsn", "present", "image")
+_FROM_FIRST = ("table", "key", "group", "salt", "existed", "first_commit_lsn", "first_lsn")
 
 
 def fold(events: pa.Table) -> pa.Table:
@@ -74,9 +78,8 @@ def fold(events: pa.Table) -> pa.Table:
     ends = np.maximum.reduceat(np.where(latest, np.arange(count), -1), starts)
     first, last = order.take(pa.array(starts)), order.take(pa.array(ends))
     counts = np.add.reduceat(events.column("n").take(order).to_numpy().astype(np.int64), starts)
-    columns = {name: events.column(name).take(last) for name in ("commit_lsn", "lsn", "present", "image")}
-    columns.update({name: events.column(name).take(first) for name in ("table", "key", "group", "salt", "existed")})
-    columns.update({name: events.column(name).take(first) for name in ("first_commit_lsn", "first_lsn")})
+    columns = {name: events.column(name).take(last) for name in _FROM_LAST}
+    columns.update({name: events.column(name).take(first) for name in _FROM_FIRST})
     columns["n"] = pa.array(counts.astype(np.int32), pa.int32())
     return pa.table({name: columns[name] for name in events.column_names})
 
