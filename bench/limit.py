@@ -62,7 +62,7 @@ def spark_parse(params: dict[str, Any], defs: dict[str, Any], one_pass: bool) ->
 
     from applier.config import load_config
     from applier.engine.session import start_spark
-    from applier.engine.sparkapply import DAT_DDL
+    from applier.engine.sources import DAT_DDL
     from applier.intermediate.pairs import list_pairs
 
     dats = [str(p.dat_path) for p in list_pairs(Path(params["intermediate_dir"])).pairs]

@@ -230,8 +230,18 @@ def test_backfill_replays_the_recorded_cycles_onto_a_restored_target(
     assert canonical_target(config, intermediate) != uninterrupted
 
     airflow.cli(
-        "backfill", "create", "--dag-id", DAG_ID, "--from-date", iso(months[0]), "--to-date", iso(months[-1]),
-        "--reprocess-behavior", "completed", "--max-active-runs", "1",
+        "backfill",
+        "create",
+        "--dag-id",
+        DAG_ID,
+        "--from-date",
+        iso(months[0]),
+        "--to-date",
+        iso(months[-1]),
+        "--reprocess-behavior",
+        "completed",
+        "--max-active-runs",
+        "1",
     )
 
     def backfill_done() -> dict[str, Any] | None:

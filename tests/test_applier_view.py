@@ -141,7 +141,7 @@ def test_each_table_links_its_data_docs_page_which_the_view_serves_and_nothing_b
     doc = client.get("/applier/api/status", headers=viewer).json()
     for name, shown in doc["validation"].items():
         url = shown["data_docs_url"]
-        assert url.startswith("docs/validations/") and Path(shown["data_docs_page"]) == site / url[len("docs/"):]
+        assert url.startswith("docs/validations/") and Path(shown["data_docs_page"]) == site / url[len("docs/") :]
         page = client.get(f"/applier/{url}", headers=viewer)
         assert page.status_code == 200 and name in page.text, name
     index = client.get("/applier/docs/index.html", headers=viewer)

@@ -207,11 +207,13 @@ def definitions(dl: Any) -> dict[str, str]:
 
 def rows(table: Any) -> list[dict[str, str]]:
     """A ``<table>`` of the page as one {header: cell text} per row."""
-    return list(table.evaluate("""t => {
+    return list(
+        table.evaluate("""t => {
         const heads = [...t.tHead.rows[0].cells].map(c => c.textContent);
         const cells = (r) => [...r.cells].map((c, i) => [heads[i], c.textContent]);
         return [...t.tBodies[0].rows].map(r => Object.fromEntries(cells(r)));
-    }"""))
+    }""")
+    )
 
 
 def test_the_applier_view_shows_what_the_run_files_hold(

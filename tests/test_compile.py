@@ -11,7 +11,7 @@ from typing import Any
 import pyarrow as pa
 import pytest
 
-from applier.engine.compile import committed_rows, compile_cycle, compile_table
+from applier.engine.compile import compile_cycle, compile_table
 from applier.engine.images_spark import parse_image, spark_type
 from applier.intermediate.schema import Column, TableDef
 
@@ -47,31 +47,6 @@ def compiled(spark: Any, table: TableDef, changes: list[tuple]) -> Any:
 
 def rows_of(table: pa.Table, *sort_keys: str) -> list[dict[str, Any]]:
     return table.sort_by([(k, "ascending") for k in sort_keys]).to_pylist() if sort_keys else table.to_pylist()
-
-
-# --------------------------------------------------------------------------- committed_rows
-
-
-def test_committed_rows_keeps_committed_xids_with_their_commit_lsn(spark: Any) -> None:
-    dat = spark.createDataFrame(
-        [
-            (10, "a", "s.t", "I", None, '{"id": 1}'),
-            (11, "b", "s.t", "I", None, '{"id": 2}'),
-            (12, "c", "s.t", "D", '{"id": 3}', None),
-            (13, "a", "s.u", "T", None, None),
-        ],
-        "lsn long, xid string, `table` string, op string, before string, after string",
-    )
-    commits = spark.createDataFrame([("a", 40), ("c", 30)], "xid string, commit_lsn long")
-
-    result = committed_rows(dat, commits)
-
-    assert result.columns == ["lsn", "xid", "table", "op", "before", "after", "commit_lsn"]
-    assert sorted(tuple(r) for r in result.collect()) == [
-        (10, "a", "s.t", "I", None, '{"id": 1}', 40),
-        (12, "c", "s.t", "D", '{"id": 3}', None, 30),
-        (13, "a", "s.u", "T", None, None, 40),
-    ]
 
 
 # --------------------------------------------------------------------------- tables with a primary key

@@ -8,12 +8,12 @@ from typing import Any
 import pyarrow as pa
 import pytest
 
-from applier.engine.compile import committed_rows, compile_cycle
+from applier.engine.compile import compile_cycle
 from applier.engine.compile_local import committed_rows_locally, compile_locally
 from applier.engine.compiled import CompiledCycle
 from applier.engine.queue import MemoryQueue
 from applier.engine.reading import read_cycle
-from applier.engine.sparkapply import DAT_DDL
+from applier.engine.sources import read_tasks
 from applier.engine.touches import last_truncates
 from applier.generate import generate_workload
 from applier.intermediate.pairs import list_pairs
@@ -48,11 +48,8 @@ def test_a_generated_cycle_compiles_the_same_in_the_driver_and_in_spark(
     local = compile_locally(
         committed_rows_locally(cycle, {}, None), tables, truncates, touched, holder(tmp_path, "local", names, truncates)
     )
-    rows = spark.read.schema(DAT_DDL).parquet(*(str(p.dat_path) for p in cycle.pairs))
-    commits = spark.createDataFrame(sorted(cycle.commits.items()), "xid string, commit_lsn long")
-    in_spark = compile_cycle(
-        committed_rows(rows, commits), tables, truncates, touched, holder(tmp_path, "spark", names, truncates)
-    )
+    tasks = read_tasks(spark, cycle, {}, None)
+    in_spark = compile_cycle(tasks, tables, truncates, touched, holder(tmp_path, "spark", names, truncates))
     assert sorted(local) == sorted(in_spark) and len(local) > 3
     keyless = 0
     for name in sorted(in_spark):

@@ -138,7 +138,11 @@ def test_spark_default_points_at_the_master_the_worker_joins(compose: dict[str, 
     services = compose["services"]
     master, worker = services["spark-master"], services["spark-worker"]
     assert master["command"][:5] == [
-        "org.apache.spark.deploy.master.Master", "--host", "spark-master", "--port", "7077"
+        "org.apache.spark.deploy.master.Master",
+        "--host",
+        "spark-master",
+        "--port",
+        "7077",
     ]
     assert master["hostname"] == "spark-master"
     assert worker["command"][:2] == ["org.apache.spark.deploy.worker.Worker", "spark://spark-master:7077"]
@@ -166,8 +170,12 @@ def test_driver_and_executors_share_the_paths_the_configuration_names(compose: d
         path = posixpath.normpath(posixpath.join(posixpath.dirname(config_file), relative))
         assert mounts(scheduler).get(path) == volume, f"the driver does not see volume {volume} at {path}"
         assert mounts(worker).get(path) == volume, f"the executors do not see volume {volume} at {path}"
-    expected_project = {"/opt/airflow/dags": "./dags", "/opt/airflow/plugins": "./plugins",
-                        "/opt/airflow/include": "./include", "/opt/airflow/jobs": "./jobs"}
+    expected_project = {
+        "/opt/airflow/dags": "./dags",
+        "/opt/airflow/plugins": "./plugins",
+        "/opt/airflow/include": "./include",
+        "/opt/airflow/jobs": "./jobs",
+    }
     assert {k: v for k, v in mounts(scheduler).items() if k in expected_project} == expected_project
     assert environment(worker)["PYSPARK_PYTHON"] == environment(scheduler)["PYSPARK_PYTHON"] == "python"
     assert set(SHARED_VOLUMES) <= set(compose["volumes"])

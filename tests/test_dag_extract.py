@@ -94,7 +94,6 @@ def test_a_run_extracts_a_bounded_batch_and_is_skipped_while_another_extractor_r
     assert len(pair_rows(config.intermediate_dir)) == 3
 
 
-
 def test_the_materialize_dag_copies_a_table_and_fails_naming_a_refusal(
     materialize_dag: Any, tmp_path: Path, logical_source: Source
 ) -> None:

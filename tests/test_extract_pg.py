@@ -372,6 +372,8 @@ def test_a_chunk_is_read_in_one_snapshot_that_an_open_transaction_does_not_hold_
         assert conn.info.transaction_status == psycopg.pq.TransactionStatus.IDLE and conn.isolation_level is None
         writer.commit()
         assert select_settled(conn, relation(conn, "public.chunked"), psycopg.sql.SQL("ORDER BY id")) == [
-            ("1", "z"), ("2", "b"), ("3", "c")
+            ("1", "z"),
+            ("2", "b"),
+            ("3", "c"),
         ]
         conn.execute("DROP TABLE public.chunked")

@@ -89,8 +89,8 @@ def test_events_of_each_operation() -> None:
         (b"[1]", False, True, -1, 3),  # a key move: the old key goes...
         (b"[2]", True, False, 1, 3),  # ...and the new one comes
         (b"[2]", False, True, -1, 4),
-        (b'[1.0,null]', False, True, -1, 5),  # a keyless update always removes one copy...
-        (b'[1.0,null]', True, False, 1, 5),  # ...and adds one, even of the same value
+        (b"[1.0,null]", False, True, -1, 5),  # a keyless update always removes one copy...
+        (b"[1.0,null]", True, False, 1, 5),  # ...and adds one, even of the same value
     ]
     assert events[1]["image"] == json.dumps({"id": 1, "price": "2.00", "note": "a"})
 
@@ -154,18 +154,41 @@ def test_chunks_hold_one_table_each_in_at_most_the_chunk_size(monkeypatch: pytes
     import applier.engine.identity as identity
 
     monkeypatch.setattr(identity, "CHUNK_ROWS", 2)
-    keyed = [{"table": "s.keyed", "group": 0, "existed": False, "present": True, "image": json.dumps({"id": i}),
-              "n": 1} for i in range(5)]
-    bag = [{"table": "s.bag", "group": 0, "existed": True, "present": True, "image": json.dumps({"x": 1, "at": None}),
-            "n": 1}]
+    keyed = [
+        {"table": "s.keyed", "group": 0, "existed": False, "present": True, "image": json.dumps({"id": i}), "n": 1}
+        for i in range(5)
+    ]
+    bag = [
+        {
+            "table": "s.bag",
+            "group": 0,
+            "existed": True,
+            "present": True,
+            "image": json.dumps({"x": 1, "at": None}),
+            "n": 1,
+        }
+    ]
     later = [{**bag[0], "group": 1}]  # the same table in the next group: a chunk of its own
-    schema = pa.schema([("table", pa.string()), ("group", pa.int32()), ("existed", pa.bool_()),
-                        ("present", pa.bool_()), ("image", pa.string()), ("n", pa.int64())])
-    batches = [pa.RecordBatch.from_pylist(keyed[:3], schema),
-               pa.RecordBatch.from_pylist(keyed[3:] + bag + later, schema)]
+    schema = pa.schema(
+        [
+            ("table", pa.string()),
+            ("group", pa.int32()),
+            ("existed", pa.bool_()),
+            ("present", pa.bool_()),
+            ("image", pa.string()),
+            ("n", pa.int64()),
+        ]
+    )
+    batches = [
+        pa.RecordBatch.from_pylist(keyed[:3], schema),
+        pa.RecordBatch.from_pylist(keyed[3:] + bag + later, schema),
+    ]
     chunks = [c.to_pylist()[0] for c in chunk_batches(TABLES, frozenset(), str(tmp_path), batches)]
     assert [(c["table"], c["group"], c["rows"], c["I"], c["U"], c["D"]) for c in chunks] == [
-        ("s.keyed", 0, 3, 3, 0, 0), ("s.keyed", 0, 2, 2, 0, 0), ("s.bag", 0, 1, 1, 0, 0), ("s.bag", 1, 1, 1, 0, 0)
+        ("s.keyed", 0, 3, 3, 0, 0),
+        ("s.keyed", 0, 2, 2, 0, 0),
+        ("s.bag", 0, 1, 1, 0, 0),
+        ("s.bag", 1, 1, 1, 0, 0),
     ]
     first = pa.Table.from_batches(list(read_spill(chunks[0]["path"])))
     assert first.column("id").to_pylist() == [0, 1, 2] and first.nbytes == chunks[0]["bytes"]

@@ -213,9 +213,7 @@ def test_a_failing_table_rolls_back_every_table_and_names_table_and_key(pg_url: 
 
 
 def test_lost_connection_is_a_target_error_without_the_password(tmp_path: Path) -> None:
-    t = PostgresTarget(
-        "host=127.0.0.1 port=1 user=app password=s3cret dbname=x connect_timeout=2", "demo"
-    )
+    t = PostgresTarget("host=127.0.0.1 port=1 user=app password=s3cret dbname=x connect_timeout=2", "demo")
     with pytest.raises(TargetError) as caught:
         t.apply_cycle(1, {ORDERS.name: keyed(ORDERS, [{"id": 1}])}, {})
     assert "s3cret" not in str(caught.value) and "port=1" in str(caught.value)

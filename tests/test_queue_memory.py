@@ -111,7 +111,10 @@ def test_committed_rows_in_memory_are_written_once_to_the_committed_file(tmp_pat
     assert memory_file is not None
     rows = pa.Table.from_batches(list(read_spill(memory_file)))
     assert sorted(zip(rows.column("xid").to_pylist(), rows.column("lsn").to_pylist(), strict=True)) == [
-        ("a", 1), ("a", 2), ("a", 3), ("c", 20)
+        ("a", 1),
+        ("a", 2),
+        ("a", 3),
+        ("c", 20),
     ]
     assert [t.xid for t in buffers.open_transactions()] == ["b"]
 
@@ -120,8 +123,13 @@ def _pair_rows(batch: int, transactions: int) -> pa.Table:
     """One pair's rows: one row for each of ``transactions`` open transactions, realistic images."""
     images = [
         json.dumps(
-            {"id": batch * transactions + t, "customer_id": t, "status": "pending", "amount": f"{t % 997}.50",
-             "note": f"order {t} of batch {batch}"}
+            {
+                "id": batch * transactions + t,
+                "customer_id": t,
+                "status": "pending",
+                "amount": f"{t % 997}.50",
+                "note": f"order {t} of batch {batch}",
+            }
         )
         for t in range(transactions)
     ]

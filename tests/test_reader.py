@@ -373,6 +373,7 @@ def test_pairs_checked_before_keep_their_older_definitions_when_re_read(tmp_path
 
 def test_pairs_carrying_different_tables_share_one_object_per_equal_definition() -> None:
     """Each pair carries the tables it touches: an unchanged table is parsed into the object parsed before."""
+
     def column(name: str, kind: str) -> dict[str, object]:
         return {"name": name, "type": kind, "nullable": name != "id"}
 

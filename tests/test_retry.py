@@ -121,7 +121,6 @@ def test_delta_errors_are_classed_by_constraint_schema_and_conflict(tmp_path: Pa
     assert TargetError("x", error_class="conflict").transient  # a commit another writer beat
 
 
-
 def test_timeouts_and_retries_are_configured_with_documented_defaults(tmp_path: Path) -> None:
     base = ["configuration_name=c", "intermediate_dir=i", "output_dir=o", "target.path=t"]
     config = load_config(None, base)

@@ -64,13 +64,13 @@ def test_a_definition_pickles_as_itself_and_unpickles_once_per_process() -> None
     """Spark ships a cycle's definitions to every task: each comes back equal, and one object per definition."""
     columns = (
         Column("id", "bigint", False),
-        Column("prénom \"x\"", "string", True),
+        Column('prénom "x"', "string", True),
         Column("amount", "decimal(38,9)", True),
     )
     keyed, keyless = TableDef("s.t", columns, ("id",)), TableDef("s.u", columns, ())
     shipped = pickle.dumps({1: {"s.t": keyed, "s.u": keyless}, 2: {"s.t": keyed}})
     first, again = pickle.loads(shipped), pickle.loads(shipped)
     assert first == {1: {"s.t": keyed, "s.u": keyless}, 2: {"s.t": keyed}}
-    assert first[1]["s.u"].primary_key == () and first[2]["s.t"].column("prénom \"x\"").nullable
+    assert first[1]["s.u"].primary_key == () and first[2]["s.t"].column('prénom "x"').nullable
     assert first[1]["s.t"] is first[2]["s.t"] is again[1]["s.t"]
     assert pickle.loads(pickle.dumps(replace(keyed, primary_key=("amount",)))) != keyed

@@ -27,7 +27,7 @@ def test_a_postgres_load_validates_and_a_deleted_row_fails_naming_the_table(
     assert "shop.orders" in clean.tables and clean.json_path.exists()
 
     with psycopg.connect(pg_url) as conn:
-        conn.execute('DELETE FROM shop.orders WHERE ctid = (SELECT min(ctid) FROM shop.orders)')
+        conn.execute("DELETE FROM shop.orders WHERE ctid = (SELECT min(ctid) FROM shop.orders)")
     damaged = validate_target(config, spark, ["shop.orders"], results_name="damaged")
     assert not damaged.success
     failures = damaged.failures()

@@ -23,33 +23,12 @@ from applier.engine.compiled import CompiledCycle
 from applier.engine.image_checks import REFUSED, Checks
 from applier.engine.netting import net_changes, table_spreads
 from applier.engine.queue import MemoryQueue
+from applier.engine.sources import ReadTasks
 from applier.errors import LateImageRefusal
-from applier.intermediate.pairs import DAT_COLUMNS, pair_name
+from applier.intermediate.pairs import pair_name
 from applier.intermediate.schema import TableDef
 
 _REFUSED_TEXT = re.compile(REFUSED + r" seq=(?P<seq>\d+): (?P<detail>.*?) \[(?P<code>[a-z0-9-]+)\]")
-
-
-def committed_rows(rows: DataFrame, commits: DataFrame, *, keep_all: bool = False) -> DataFrame:
-    """Keep the rows of committed transactions and give each its commit lsn.
-
-    The result's order of effect is ``(commit_lsn, lsn)``; it is carried by
-    those two columns, not by a sort (downstream steps compare them).
-
-    Args:
-        rows: the ``.dat`` columns (lsn, xid, table, op, before, after).
-        commits: ``(xid string, commit_lsn long)`` of the transactions committed
-            in the cycle, one row per xid; small, so it is broadcast.
-        keep_all: keep the other rows too, with a null ``commit_lsn`` (the
-            compile job checks their images, then drops them), and ``seq``.
-
-    Returns:
-        The ``.dat`` columns of rows whose xid is in ``commits``, plus ``commit_lsn``.
-    """
-    committed = F.broadcast(commits.select("xid", "commit_lsn"))
-    if keep_all:
-        return rows.join(committed, on="xid", how="left").select(*DAT_COLUMNS, "commit_lsn", "seq")
-    return rows.join(committed, on="xid", how="inner").select(*DAT_COLUMNS, "commit_lsn")
 
 
 def last_truncate(rows: DataFrame) -> tuple[int, int] | None:
@@ -67,7 +46,7 @@ def last_truncate(rows: DataFrame) -> tuple[int, int] | None:
 
 
 def compile_cycle(
-    rows: DataFrame,
+    rows: DataFrame | ReadTasks,
     tables: Mapping[str, TableDef],
     truncates: Mapping[str, tuple[int, int]],
     touched: Iterable[str],
@@ -81,7 +60,8 @@ def compile_cycle(
     """Compile a cycle's committed rows into each table's net changes, in one Spark job.
 
     Args:
-        rows: the committed rows (``.dat`` columns plus ``commit_lsn``), ``T`` rows included.
+        rows: the committed rows (``.dat`` columns plus ``commit_lsn``), ``T`` rows
+            included, or the tasks that read them (:class:`~applier.engine.sources.ReadTasks`).
         tables: table definitions (the latest of the cycle) by name; must hold every touched table.
         truncates: each truncated table's last truncate position ``(commit_lsn, lsn)``.
         touched: the tables the committed rows change (from the driver's reading).
@@ -95,8 +75,8 @@ def compile_cycle(
             from the one job (none: the rows are one group). Groups hold no
             truncate (a truncating transaction is applied on its own).
         checks: the pairs whose images the job checks first (see
-            :func:`~applier.engine.netting.net_changes`; ``rows`` from
-            :func:`committed_rows` with ``keep_all``).
+            :func:`~applier.engine.netting.net_changes`; ``rows`` then read
+            tasks that keep every row, :func:`~applier.engine.sources.read_tasks` with ``checks``).
 
     Returns:
         The compiled cycle: every touched table (empty changes when its rows net

@@ -122,9 +122,7 @@ def _eventful(rows: pa.RecordBatch, truncates: Mapping[str, tuple[int, int]]) ->
     return keep
 
 
-def _keys(
-    rules: Mapping[str, TableRules], names: list[str], images: list[Any], decoded: list[Any] | None
-) -> pa.Array:
+def _keys(rules: Mapping[str, TableRules], names: list[str], images: list[Any], decoded: list[Any] | None) -> pa.Array:
     """Each image's identity by its own table's rules (null for no image); from the check's decoding where kept."""
     key_of = {name: r.key_of for name, r in rules.items()}
     if decoded is None:

@@ -8,6 +8,7 @@ DataFrame; positions are compared explicitly.
 The job reads the committed rows once and shuffles once, for all tables:
 
 1. In Python on the executors (:func:`applier.engine.events.event_batches`),
+   which read the cycle's files themselves (:mod:`applier.engine.sources`),
    the images of the pairs not checked yet are checked against their pair's
    definitions (the reader's rules: a refusal fails the job, and the driver
    re-reads with its own checks to cut the cycle there), the rows of
@@ -45,7 +46,7 @@ from __future__ import annotations
 
 import functools
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 
 import pyarrow as pa
 from pyspark.sql import DataFrame
@@ -54,6 +55,7 @@ from applier.engine.events import EVENT_SCHEMA, event_batches
 from applier.engine.identity import CHUNK_SCHEMA
 from applier.engine.image_checks import Checks
 from applier.engine.reduce import net_batches
+from applier.engine.sources import ReadTasks, task_rows
 from applier.intermediate.schema import TableDef
 
 # Bytes of input per shuffle partition of the compile: large cycles get more
@@ -86,7 +88,7 @@ def table_spreads(weights: Mapping[str, float], partitions: int) -> dict[str, in
 
 
 def net_changes(
-    rows: DataFrame,
+    rows: DataFrame | ReadTasks,
     tables: Mapping[str, TableDef],
     truncates: Mapping[str, tuple[int, int]],
     folder: str,
@@ -99,7 +101,9 @@ def net_changes(
 
     Args:
         rows: committed rows (``.dat`` columns plus ``commit_lsn``), ``T`` rows
-            included; every table of a row must be in ``tables``.
+            included, or the tasks that read them on the executors
+            (:class:`~applier.engine.sources.ReadTasks`); every table of a row
+            must be in ``tables``.
         tables: the definitions (the latest of the cycle) of the tables to compile;
             columns added later read as null in older images.
         truncates: each truncated table's last truncate position ``(commit_lsn, lsn)``.
@@ -122,11 +126,12 @@ def net_changes(
         net changes of one group, see :func:`applier.engine.identity.final_table`).
     """
     definitions = dict(tables)
-    read = ["table", "op", "before", "after", "commit_lsn", "lsn", *(("seq", "xid") if checks is not None else ())]
-    events = rows.select(*read).mapInArrow(
-        functools.partial(event_batches, definitions, dict(truncates), dict(spreads or {}), list(bounds), checks),
-        _ddl(EVENT_SCHEMA),
-    )
+    settings = (definitions, dict(truncates), dict(spreads or {}), list(bounds), checks)
+    if isinstance(rows, ReadTasks):
+        events = rows.frame.mapInArrow(functools.partial(task_events, rows.keep_all, *settings), _ddl(EVENT_SCHEMA))
+    else:
+        read = ["table", "op", "before", "after", "commit_lsn", "lsn", *(("seq", "xid") if checks is not None else ())]
+        events = rows.select(*read).mapInArrow(functools.partial(event_batches, *settings), _ddl(EVENT_SCHEMA))
     if partitions is None:
         events = events.repartition("table", "salt")
     else:
@@ -134,6 +139,22 @@ def net_changes(
     return events.mapInArrow(
         functools.partial(net_batches, definitions, frozenset(truncates), folder), _ddl(CHUNK_SCHEMA)
     )
+
+
+def task_events(
+    keep_all: bool,
+    tables: Mapping[str, TableDef],
+    truncates: Mapping[str, tuple[int, int]],
+    spreads: Mapping[str, int],
+    bounds: Sequence[int],
+    checks: Checks | None,
+    tasks: Iterable[pa.RecordBatch],
+) -> Iterator[pa.RecordBatch]:
+    """:func:`~applier.engine.events.event_batches` of the rows that read tasks hold (a ``mapInArrow`` function).
+
+    The rows go from the files to the events in this process (:mod:`applier.engine.sources`).
+    """
+    return event_batches(tables, truncates, spreads, bounds, checks, task_rows(tasks, keep_all=keep_all))
 
 
 def compile_partitions(input_bytes: int, default: int) -> int:

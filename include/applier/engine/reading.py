@@ -3,7 +3,8 @@
 The driver reads each pair once with pyarrow, checks it (reader and stream
 validator), and learns which transactions commit, roll back or stay open.
 Rows of transactions still open at the end of the cycle go to the buffers;
-Spark reads the ``.dat`` files itself for the committed ones.
+Spark's executors read the ``.dat`` files themselves for the committed ones
+(:mod:`applier.engine.sources`).
 
 The row images, the costly part of the checks, are left to Spark's executors,
 which check them in the compile job as they decode them anyway

@@ -1,24 +1,24 @@
 """The Spark part of a cycle: committed rows in, one target commit per table out.
 
-Spark reads the cycle's ``.dat`` files and the buffered rows of the
-transactions committed in the cycle (memory batches and closed spill files),
-keeps the committed rows, and compiles every table's net changes in one job;
+Spark's executors read the cycle's ``.dat`` files and the buffered rows of
+the transactions committed in the cycle (memory batches and closed spill
+files; :mod:`~applier.engine.sources`), keep the committed rows, and compile
+every table's net changes in one job;
 the target applies them in one commit per table tagged with the cycle.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
-from pyspark.sql import functions as F
 
 from applier.engine.buffers import BufferedTxn
-from applier.engine.compile import committed_rows, compile_cycle
+from applier.engine.compile import compile_cycle
 from applier.engine.compile_local import (
     LOCAL_ROWS,
     PairCache,
@@ -31,9 +31,9 @@ from applier.engine.netting import compile_partitions
 from applier.engine.reading import CycleInput, check_in_driver, pairs_holding, spill_inputs
 from applier.engine.report import CycleReport
 from applier.engine.retry import NO_RETRY, RetryPolicy
-from applier.engine.spill import read_spill
+from applier.engine.sources import read_tasks
 from applier.engine.touches import last_truncates
-from applier.engine.worker_path import prepare_worker
+from applier.intermediate.pairs import DAT_COLUMNS
 from applier.intermediate.schema import TableDef
 from applier.targets import CycleLoad, Part, Target, collisions
 
@@ -41,49 +41,6 @@ log = logging.getLogger("applier")
 
 CompiledFactory = Callable[[Mapping[str, TableDef], frozenset[str]], CompiledCycle]
 """Makes the holder of a cycle's compiled tables: ``(definitions, truncated tables) -> CompiledCycle``."""
-
-DAT_DDL = "lsn long, xid string, `table` string, op string, before string, after string"
-
-
-def _committed_input(
-    spark: Any, cycle: CycleInput, taken: Mapping[str, BufferedTxn], memory_file: Path | None, *, checks: bool = False
-) -> Any:
-    """All rows that may belong to a committed transaction, as one DataFrame (None if none).
-
-    Spark reads the cycle's ``.dat`` files, the committed transactions' spill
-    files and ``memory_file`` (their rows that were still in memory), the
-    spill files streamed batch by batch on the executors. With ``checks``, it
-    also reads the pairs of :attr:`~applier.engine.reading.CycleInput.unchecked`
-    whole, and each row has its pair's ``seq`` (null for a buffered row).
-    """
-    holding = {p.seq for p in pairs_holding(cycle, cycle.commits)}
-    dat_paths = [str(p.dat_path) for p in cycle.pairs if p.seq in holding or (checks and p.seq in cycle.unchecked)]
-    spill_paths = [str(path) for path in spill_inputs(taken, memory_file)]
-    frames = []
-    if dat_paths:
-        dats = spark.read.schema(DAT_DDL).parquet(*dat_paths)
-        if checks:
-            dats = dats.withColumn("seq", F.regexp_extract("_metadata.file_name", r"^(\d+)\.dat$", 1).cast("long"))
-        frames.append(dats)
-    if spill_paths:
-        files = spark.createDataFrame([(p,) for p in spill_paths], "path string")
-        slices = min(len(spill_paths), 2 * spark.sparkContext.defaultParallelism)
-        spilled = files.repartition(slices).mapInArrow(spill_batches, DAT_DDL)
-        frames.append(spilled.withColumn("seq", F.lit(None).cast("long")) if checks else spilled)
-    if not frames:
-        return None
-    rows = frames[0]
-    for frame in frames[1:]:
-        rows = rows.unionByName(frame)
-    return rows
-
-
-def spill_batches(paths: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-    """The rows of spill files, batch by batch (a ``mapInArrow`` function over a column of paths)."""
-    prepare_worker()
-    for batch in paths:
-        for path in batch.column(0).to_pylist():
-            yield from read_spill(path)
 
 
 def apply_committed(
@@ -257,16 +214,12 @@ def _compile_in_spark(
 ) -> None:
     """The compile job over the cycle's input, into ``holders`` (one per group)."""
     checks = dict(cycle.unchecked) or None  # the first job of the cycle checks its pairs' images
-    rows = _committed_input(spark, cycle, taken, memory_file, checks=checks is not None)
-    assert rows is not None  # _has_input said so
-    # As an Arrow table, the commit map goes to the JVM in one piece; a list of tuples took a Python job to unpickle.
-    xids = sorted(cycle.commits)
-    lsns = pa.array([cycle.commits[x] for x in xids], pa.int64())
-    commits = spark.createDataFrame(pa.table({"xid": pa.array(xids, pa.string()), "commit_lsn": lsns}))
+    tasks = read_tasks(spark, cycle, taken, memory_file, checks=checks is not None)
+    assert tasks is not None  # compile_committed found input
     input_bytes = cycle.bytes + sum(t.bytes for t in taken.values())
     partitions = compile_partitions(input_bytes, int(spark.conf.get("spark.sql.shuffle.partitions")))
     compile_cycle(
-        committed_rows(rows, commits, keep_all=checks is not None),
+        tasks,
         tables,
         truncates,
         touched,
@@ -305,9 +258,10 @@ def transaction_rows(
     one, mine = narrowed(cycle, taken, [xid])
     if part_rows(one, mine) <= LOCAL_ROWS:
         return committed_rows_locally(one, mine, memory_file, cache).drop_columns(["commit_lsn"]).sort_by("lsn")
-    rows = _committed_input(spark, one, mine, memory_file)
-    assert rows is not None  # it has rows: it was refused
-    return rows.filter(rows.xid == xid).orderBy("lsn").toArrow()
+    tasks = read_tasks(spark, one, mine, memory_file)
+    assert tasks is not None  # it has rows: it was refused
+    rows = tasks.rows()
+    return rows.filter(rows.xid == xid).orderBy("lsn").select(*DAT_COLUMNS).toArrow()
 
 
 def _table_weights(cycle: CycleInput, taken: Mapping[str, BufferedTxn]) -> dict[str, float]:

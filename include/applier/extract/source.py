@@ -317,9 +317,7 @@ def select_settled(
 
 
 SETTLE_TRIES = 1000
-_LATE_COMMITS = (
-    "SELECT count(*) FROM pg_snapshot_xip(pg_current_snapshot()) AS x WHERE pg_xact_status(x) = 'committed'"
-)
+_LATE_COMMITS = "SELECT count(*) FROM pg_snapshot_xip(pg_current_snapshot()) AS x WHERE pg_xact_status(x) = 'committed'"
 
 
 def column_types(conn: psycopg.Connection[tuple[object, ...]], table: Relation, columns: Sequence[str]) -> list[str]:

@@ -1,0 +1,107 @@
+"""The compile job's read tasks (applier.engine.sources): what executors read from pairs and spill files."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from applier.engine.reading import CycleInput
+from applier.engine.sources import BATCH_ROWS, _commits_ipc, read_tasks, task_rows
+from applier.engine.spill import append_spill
+from applier.intermediate.pairs import DAT_COLUMNS, PairRef
+
+# Enough rows that a file is read in several batches.
+ROWS = 2 * BATCH_ROWS + 500
+
+
+def _dat_rows(xids: list[str], start: int = 1) -> pa.Table:
+    """Rows cycling over ``xids``, lsn ``start``, ``start + 1``, ..., one insert each into ``s.t``."""
+    n = len(xids)
+    return pa.table(
+        {
+            "lsn": pa.array(range(start, start + ROWS), pa.int64()),
+            "xid": [xids[i % n] for i in range(ROWS)],
+            "table": ["s.t"] * ROWS,
+            "op": ["I"] * ROWS,
+            "before": pa.nulls(ROWS, pa.string()),
+            "after": [f'{{"id":{i}}}' for i in range(ROWS)],
+        }
+    )
+
+
+def _task(path: Path, seq: int | None, commits: dict[str, int]) -> pa.RecordBatch:
+    return pa.RecordBatch.from_pydict(
+        {"path": [str(path)], "seq": [seq], "commits": [_commits_ipc(commits, list(commits))]},
+        schema=pa.schema([("path", pa.string()), ("seq", pa.int64()), ("commits", pa.binary())]),
+    )
+
+
+def _read(tasks: list[pa.RecordBatch], **options: Any) -> list[dict[str, Any]]:
+    return pa.Table.from_batches(list(task_rows(tasks, **options))).to_pylist()
+
+
+def test_a_pair_yields_its_committed_rows_with_their_commit_lsn(tmp_path: Path) -> None:
+    path = tmp_path / "000000007.dat"
+    pq.write_table(_dat_rows(["a", "b", "open"]), path)
+
+    rows = _read([_task(path, 7, {"a": 900, "b": 800})])
+
+    assert len(rows) == ROWS - ROWS // 3  # every third row belongs to "open"
+    assert {r["xid"] for r in rows} == {"a", "b"}
+    assert all(r["commit_lsn"] == {"a": 900, "b": 800}[r["xid"]] for r in rows)
+    assert {r["seq"] for r in rows} == {7}
+    assert [r["lsn"] for r in rows] == [i + 1 for i in range(ROWS) if i % 3 != 2]
+    assert list(rows[0]) == [*DAT_COLUMNS, "commit_lsn", "seq"]
+
+
+def test_keep_all_keeps_a_pairs_other_rows_with_a_null_commit_lsn(tmp_path: Path) -> None:
+    path = tmp_path / "000000002.dat"
+    pq.write_table(_dat_rows(["a", "open"]), path)
+
+    rows = _read([_task(path, 2, {"a": 5})], keep_all=True)
+
+    assert len(rows) == ROWS
+    assert {(r["xid"], r["commit_lsn"]) for r in rows} == {("a", 5), ("open", None)}
+
+
+def test_a_spill_file_yields_its_rows_without_a_seq(tmp_path: Path) -> None:
+    path = tmp_path / "cfg_a.spill"
+    first, second = _dat_rows(["a"]), _dat_rows(["a", "b"], start=ROWS + 1)
+    append_spill(path, [first])
+    append_spill(path, [second])  # a second spool: a second IPC stream in the file
+
+    rows = _read([_task(path, None, {"a": 40, "b": 41})], keep_all=True)
+
+    assert [r["lsn"] for r in rows] == list(range(1, 2 * ROWS + 1))
+    assert {(r["xid"], r["commit_lsn"], r["seq"]) for r in rows} == {("a", 40, None), ("b", 41, None)}
+
+
+def test_each_pair_task_carries_only_its_own_transactions_commits(spark: Any, tmp_path: Path) -> None:
+    refs = []
+    for seq, xids in ((1, ["a", "b"]), (2, ["b", "c"]), (3, ["d"])):
+        path = tmp_path / f"00000000{seq}.dat"
+        pq.write_table(_dat_rows(xids, start=seq * 100_000), path)
+        refs.append(PairRef(seq, path, path.with_suffix(".trn"), path.stat().st_size))
+    cycle = CycleInput(
+        pairs=refs,
+        commits={"a": 10, "b": 20, "c": 30, "z": 99},  # "d" stays open: pair 3 holds nothing committed
+        xids_by_seq={1: {"a", "b"}, 2: {"b", "c"}, 3: {"d"}},
+    )
+
+    tasks = read_tasks(spark, cycle, {}, None)
+    assert tasks is not None
+    listed = tasks.frame.toArrow().to_pylist()
+    carried = {r["seq"]: pa.ipc.open_stream(r["commits"]).read_all().to_pydict() for r in listed}
+    rows = tasks.rows().toArrow()
+
+    assert carried == {1: {"xid": ["a", "b"], "commit_lsn": [10, 20]}, 2: {"xid": ["b", "c"], "commit_lsn": [20, 30]}}
+    assert rows.num_rows == 2 * ROWS
+    assert sorted(set(zip(*rows.select(["xid", "commit_lsn", "seq"]).to_pydict().values(), strict=True))) == [
+        ("a", 10, 1),
+        ("b", 20, 1),
+        ("b", 20, 2),
+        ("c", 30, 2),
+    ]
