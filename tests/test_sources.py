@@ -7,9 +7,10 @@ from typing import Any
 
 import pyarrow as pa
 import pyarrow.parquet as pq
+import pytest
 
 from applier.engine.reading import CycleInput
-from applier.engine.sources import BATCH_ROWS, _commits_ipc, read_tasks, task_rows
+from applier.engine.sources import BATCH_ROWS, TASKS_PER_CORE, ReadTask, commits_of, read_tasks, task_rows
 from applier.engine.spill import append_spill
 from applier.intermediate.pairs import DAT_COLUMNS, PairRef
 
@@ -32,15 +33,14 @@ def _dat_rows(xids: list[str], start: int = 1) -> pa.Table:
     )
 
 
-def _task(path: Path, seq: int | None, commits: dict[str, int]) -> pa.RecordBatch:
-    return pa.RecordBatch.from_pydict(
-        {"path": [str(path)], "seq": [seq], "commits": [_commits_ipc(commits, list(commits))]},
-        schema=pa.schema([("path", pa.string()), ("seq", pa.int64()), ("commits", pa.binary())]),
-    )
+def _task(path: Path, seq: int | None, commits: dict[str, int], part: int = 0, parts: int = 1) -> ReadTask:
+    return ReadTask(str(path), seq, part, parts, commits_of(commits, commits))
 
 
-def _read(tasks: list[pa.RecordBatch], **options: Any) -> list[dict[str, Any]]:
-    return pa.Table.from_batches(list(task_rows(tasks, **options))).to_pylist()
+def _read(tasks: list[ReadTask], **options: Any) -> list[dict[str, Any]]:
+    """The rows of ``tasks``, run as one partition."""
+    numbers = pa.RecordBatch.from_pydict({"id": pa.array(range(len(tasks)), pa.int64())})
+    return pa.Table.from_batches(list(task_rows(tasks, [numbers], **options))).to_pylist()
 
 
 def test_a_pair_yields_its_committed_rows_with_their_commit_lsn(tmp_path: Path) -> None:
@@ -55,6 +55,18 @@ def test_a_pair_yields_its_committed_rows_with_their_commit_lsn(tmp_path: Path) 
     assert {r["seq"] for r in rows} == {7}
     assert [r["lsn"] for r in rows] == [i + 1 for i in range(ROWS) if i % 3 != 2]
     assert list(rows[0]) == [*DAT_COLUMNS, "commit_lsn", "seq"]
+
+
+@pytest.mark.parametrize("row_group_rows", [None, 7_000])
+@pytest.mark.parametrize("parts", [2, 3])
+def test_the_parts_of_a_pair_hold_each_of_its_rows_once(tmp_path: Path, parts: int, row_group_rows: int | None) -> None:
+    path = tmp_path / "000000003.dat"
+    pq.write_table(_dat_rows(["a"]), path, row_group_size=row_group_rows)
+
+    each = [[r["lsn"] for r in _read([_task(path, 3, {"a": 9}, part, parts)])] for part in range(parts)]
+
+    assert [lsn for lsns in each for lsn in lsns] == list(range(1, ROWS + 1))
+    assert all(abs(len(lsns) - ROWS / parts) < 1 for lsns in each)
 
 
 def test_keep_all_keeps_a_pairs_other_rows_with_a_null_commit_lsn(tmp_path: Path) -> None:
@@ -93,11 +105,13 @@ def test_each_pair_task_carries_only_its_own_transactions_commits(spark: Any, tm
 
     tasks = read_tasks(spark, cycle, {}, None)
     assert tasks is not None
-    listed = tasks.frame.toArrow().to_pylist()
-    carried = {r["seq"]: pa.ipc.open_stream(r["commits"]).read_all().to_pydict() for r in listed}
+    carried = {task.seq: task.commits.to_pydict() for task in tasks.tasks}
     rows = tasks.rows().toArrow()
 
     assert carried == {1: {"xid": ["a", "b"], "commit_lsn": [10, 20]}, 2: {"xid": ["b", "c"], "commit_lsn": [20, 30]}}
+    parts = -(-TASKS_PER_CORE * spark.sparkContext.defaultParallelism // 2)  # two pairs to read
+    assert [(t.seq, t.part, t.parts) for t in tasks.tasks] == [(s, p, parts) for s in (1, 2) for p in range(parts)]
+    assert tasks.numbers().rdd.glom().map(len).collect() == [1] * len(tasks.tasks)  # one Spark task per read task
     assert rows.num_rows == 2 * ROWS
     assert sorted(set(zip(*rows.select(["xid", "commit_lsn", "seq"]).to_pydict().values(), strict=True))) == [
         ("a", 10, 1),

@@ -55,7 +55,7 @@ from applier.engine.events import EVENT_SCHEMA, event_batches
 from applier.engine.identity import CHUNK_SCHEMA
 from applier.engine.image_checks import Checks
 from applier.engine.reduce import net_batches
-from applier.engine.sources import ReadTasks, task_rows
+from applier.engine.sources import ReadTask, ReadTasks, task_rows
 from applier.intermediate.schema import TableDef
 
 # Bytes of input per shuffle partition of the compile: large cycles get more
@@ -128,7 +128,8 @@ def net_changes(
     definitions = dict(tables)
     settings = (definitions, dict(truncates), dict(spreads or {}), list(bounds), checks)
     if isinstance(rows, ReadTasks):
-        events = rows.frame.mapInArrow(functools.partial(task_events, rows.keep_all, *settings), _ddl(EVENT_SCHEMA))
+        reading = functools.partial(task_events, rows.tasks, rows.keep_all, *settings)
+        events = rows.numbers().mapInArrow(reading, _ddl(EVENT_SCHEMA))
     else:
         read = ["table", "op", "before", "after", "commit_lsn", "lsn", *(("seq", "xid") if checks is not None else ())]
         events = rows.select(*read).mapInArrow(functools.partial(event_batches, *settings), _ddl(EVENT_SCHEMA))
@@ -142,19 +143,21 @@ def net_changes(
 
 
 def task_events(
+    read: Sequence[ReadTask],
     keep_all: bool,
     tables: Mapping[str, TableDef],
     truncates: Mapping[str, tuple[int, int]],
     spreads: Mapping[str, int],
     bounds: Sequence[int],
     checks: Checks | None,
-    tasks: Iterable[pa.RecordBatch],
+    numbers: Iterable[pa.RecordBatch],
 ) -> Iterator[pa.RecordBatch]:
     """:func:`~applier.engine.events.event_batches` of the rows that read tasks hold (a ``mapInArrow`` function).
 
-    The rows go from the files to the events in this process (:mod:`applier.engine.sources`).
+    The rows go from the files to the events in this process (:mod:`applier.engine.sources`);
+    ``numbers`` are those of the tasks of ``read`` to run here.
     """
-    return event_batches(tables, truncates, spreads, bounds, checks, task_rows(tasks, keep_all=keep_all))
+    return event_batches(tables, truncates, spreads, bounds, checks, task_rows(read, numbers, keep_all=keep_all))
 
 
 def compile_partitions(input_bytes: int, default: int) -> int:

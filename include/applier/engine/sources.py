@@ -22,10 +22,11 @@ about 2 s of pyarrow.
 from __future__ import annotations
 
 import functools
-from collections.abc import Collection, Iterable, Iterator, Mapping
+import itertools
+from collections.abc import Collection, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -41,8 +42,27 @@ from applier.intermediate.pairs import DAT_COLUMNS
 BATCH_ROWS = 10_000
 """Rows per batch read from a file (Spark's own default for Arrow batches)."""
 
-TASK_DDL = "path string, seq long, commits binary"
-"""A read task: the file, its pair's ``seq`` (null for a file of buffered rows), its commits as Arrow IPC."""
+TASKS_PER_CORE = 4
+"""Read tasks a cycle is cut into per core of the application, at least, when it has few files.
+
+A pair is one Parquet row group here, and its rows cost the same to compile
+whatever the pair: seven pairs made seven tasks on two cores, whose last
+ran alone for a quarter of the stage. A pair is cut into parts of its rows
+(each decodes the file up to the end of its part: about a third more
+decoding on two parts, against tasks seven times as costly to compile).
+"""
+
+
+class ReadTask(NamedTuple):
+    """A file to read, or a part of one: its pair's ``seq`` (None for a file of buffered rows), which
+    part of its rows (``part`` of ``parts``), and the commit lsn of the transactions it may hold."""
+
+    path: str
+    seq: int | None
+    part: int
+    parts: int
+    commits: pa.Table
+
 
 DAT_DDL = "lsn long, xid string, `table` string, op string, before string, after string"
 """The ``.dat`` columns as Spark reads them."""
@@ -58,17 +78,27 @@ class ReadTasks:
     """A compile job's input as read tasks (:func:`read_tasks`), in place of a DataFrame of its rows.
 
     Attributes:
-        frame: the tasks (:data:`TASK_DDL`), one partition each.
+        spark: the session.
+        tasks: the tasks; each runs as one Spark task (:meth:`numbers`).
         keep_all: the tasks' rows include those of transactions not committed
             here (pairs whose images the job checks).
     """
 
-    frame: DataFrame
+    spark: Any
+    tasks: tuple[ReadTask, ...]
     keep_all: bool = False
+
+    def numbers(self) -> DataFrame:
+        """The tasks' numbers, one per partition: a ``mapInArrow`` over it runs each task as a Spark task.
+
+        (The tasks themselves go with the mapped function; Spark broadcasts a large one.)
+        """
+        numbers: DataFrame = self.spark.range(len(self.tasks), numPartitions=len(self.tasks))
+        return numbers
 
     def rows(self) -> DataFrame:
         """The tasks' rows as a DataFrame (:data:`ROWS_DDL`), for a job other than the compile."""
-        return self.frame.mapInArrow(functools.partial(task_rows, keep_all=self.keep_all), ROWS_DDL)
+        return self.numbers().mapInArrow(functools.partial(task_rows, self.tasks, keep_all=self.keep_all), ROWS_DDL)
 
 
 def read_tasks(
@@ -88,53 +118,70 @@ def read_tasks(
     every row of a pair.
     """
     holding = {p.seq for p in pairs_holding(cycle, cycle.commits)}
-    tasks: list[tuple[str, int | None, bytes]] = []
-    for ref in cycle.pairs:
-        if ref.seq in holding or (checks and ref.seq in cycle.unchecked):
-            xids = cycle.xids_by_seq.get(ref.seq, set())
-            tasks.append((str(ref.dat_path), ref.seq, _commits_ipc(cycle.commits, xids)))
-    buffered = _commits_ipc(cycle.commits, taken)
-    tasks.extend((str(path), None, buffered) for path in spill_inputs(taken, memory_file))
-    if not tasks:
+    pairs = [ref for ref in cycle.pairs if ref.seq in holding or (checks and ref.seq in cycle.unchecked)]
+    spills = spill_inputs(taken, memory_file)
+    if not pairs and not spills:
         return None
-    return ReadTasks(spark.createDataFrame(tasks, TASK_DDL).repartition(len(tasks)), checks)
+    parts = -(-TASKS_PER_CORE * spark.sparkContext.defaultParallelism // max(1, len(pairs)))
+    tasks: list[ReadTask] = []
+    for ref in pairs:
+        commits = commits_of(cycle.commits, cycle.xids_by_seq.get(ref.seq, set()))
+        tasks.extend(ReadTask(str(ref.dat_path), ref.seq, part, parts, commits) for part in range(parts))
+    buffered = commits_of(cycle.commits, taken)
+    tasks.extend(ReadTask(str(path), None, 0, 1, buffered) for path in spills)
+    return ReadTasks(spark, tuple(tasks), checks)
 
 
-def _commits_ipc(commits: Mapping[str, int], xids: Collection[str]) -> bytes:
-    """The commit lsn of those of ``xids`` that commit, as an Arrow IPC stream."""
+def commits_of(commits: Mapping[str, int], xids: Collection[str]) -> pa.Table:
+    """The ``xid, commit_lsn`` of those of ``xids`` that commit."""
     mine = sorted(x for x in xids if x in commits)
-    table = pa.table([pa.array(mine, pa.string()), pa.array([commits[x] for x in mine], pa.int64())], schema=_COMMITS)
-    sink = pa.BufferOutputStream()
-    with pa.ipc.new_stream(sink, _COMMITS) as writer:
-        writer.write_table(table)
-    return sink.getvalue().to_pybytes()  # type: ignore[no-any-return]
+    return pa.table([pa.array(mine, pa.string()), pa.array([commits[x] for x in mine], pa.int64())], schema=_COMMITS)
 
 
-def task_rows(tasks: Iterable[pa.RecordBatch], *, keep_all: bool = False) -> Iterator[pa.RecordBatch]:
+def task_rows(
+    tasks: Sequence[ReadTask], numbers: Iterable[pa.RecordBatch], *, keep_all: bool = False
+) -> Iterator[pa.RecordBatch]:
     """The rows the read tasks of a partition hold, batch by batch, in the columns of :data:`ROWS_DDL`.
 
     Args:
-        tasks: batches of read tasks (:data:`TASK_DDL`).
+        tasks: every read task of the job.
+        numbers: batches of the numbers of the tasks to read here (:meth:`ReadTasks.numbers`).
         keep_all: keep the rows of a pair's transactions not committed here
             too, with a null ``commit_lsn`` (a pair whose images are checked).
             Buffered rows are all committed.
     """
     prepare_worker()
-    for batch in tasks:
-        for path, seq, commits in zip(*(batch.column(i).to_pylist() for i in range(3)), strict=True):
-            committed = pa.ipc.open_stream(commits).read_all()
-            xids, lsns = committed.column("xid").combine_chunks(), committed.column("commit_lsn").combine_chunks()
-            for rows in _file_batches(path, seq is not None):
+    for batch in numbers:
+        for task in (tasks[number] for number in batch.column(0).to_pylist()):
+            xids, lsns = task.commits.column("xid").combine_chunks(), task.commits.column("commit_lsn").combine_chunks()
+            seq = task.seq
+            for rows in _file_batches(task.path, seq is not None, task.part, task.parts):
                 at = pc.index_in(rows.column("xid"), value_set=xids)
                 rows = _with_columns(rows, pc.take(lsns, at), seq)
                 yield rows if keep_all and seq is not None else rows.filter(pc.is_valid(at))
 
 
-def _file_batches(path: str, pair: bool) -> Iterator[pa.RecordBatch]:
-    if pair:
-        yield from pq.ParquetFile(path).iter_batches(batch_size=BATCH_ROWS, columns=list(DAT_COLUMNS))
-    else:
+def _file_batches(path: str, pair: bool, part: int, parts: int) -> Iterator[pa.RecordBatch]:
+    """The rows of part ``part`` of ``parts`` of a file (that share of its rows), batch by batch.
+
+    Only the row groups reaching into the part are decoded (a spill file is read whole: it has one part).
+    """
+    if not pair:
         yield from read_spill(path)
+        return
+    source = pq.ParquetFile(path)
+    low, high = part * source.metadata.num_rows // parts, (part + 1) * source.metadata.num_rows // parts
+    sizes = [source.metadata.row_group(i).num_rows for i in range(source.num_row_groups)]
+    starts = list(itertools.accumulate(sizes, initial=0))
+    groups = [i for i, size in enumerate(sizes) if starts[i] < high and starts[i] + size > low]
+    at = starts[groups[0]] if groups else 0
+    for rows in source.iter_batches(batch_size=BATCH_ROWS, row_groups=groups, columns=list(DAT_COLUMNS)):
+        first, end = max(at, low), min(at + rows.num_rows, high)
+        if first < end:
+            yield rows.slice(first - at, end - first)
+        at += rows.num_rows
+        if at >= high:
+            return
 
 
 def _with_columns(rows: pa.RecordBatch, commit_lsn: pa.Array, seq: int | None) -> pa.RecordBatch:
