@@ -11,18 +11,18 @@ from pathlib import Path
 import pytest
 
 from applier.engine.jvm_archive import ENV, archive_options, archive_path, make_archive, usable
-from applier.engine.session import JVM_OPTIONS, driver_java_options
+from applier.engine.session import DRIVER_JVM_OPTIONS, JVM_OPTIONS, driver_java_options
 
 
 def test_the_options_name_the_archive_only_when_it_is_there(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     archive = tmp_path / "classes.jsa"
     monkeypatch.setenv(ENV, str(archive))
-    assert archive_options() == "" and driver_java_options() == JVM_OPTIONS
+    assert archive_options() == "" and driver_java_options() == DRIVER_JVM_OPTIONS
     archive.write_bytes(b"made")
     assert f"-XX:SharedArchiveFile={archive}" in driver_java_options().split()
-    assert driver_java_options().startswith(JVM_OPTIONS)
+    assert driver_java_options().startswith(DRIVER_JVM_OPTIONS)
     monkeypatch.setenv(ENV, "off")
-    assert archive_path() is None and driver_java_options() == JVM_OPTIONS
+    assert archive_path() is None and driver_java_options() == DRIVER_JVM_OPTIONS
 
 
 def test_setup_made_this_installations_archive_and_a_damaged_copy_is_never_used(
