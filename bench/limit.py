@@ -2,12 +2,13 @@
 
 Both read every ``.dat`` file and parse every image with the engine's typed
 ``from_json`` in a fresh Spark application (per table, forced by a ``noop``
-write). Then, with Spark stopped, the final rows alone are written into empty
-tables: on **Delta** one delta-rs ``merge`` per table of the rows the one-cycle
-engine run left; on **PostgreSQL** a COPY of the rows the one-cycle compiled
-run left into staging tables (encoded as the target encodes them) and their
-set-wise apply with the target's own statements, in one transaction. The final
-rows are read before anything is timed.
+write), its JVM compiling with both compilers, as suits work done in the JVM.
+Then, with Spark stopped, the final rows alone are written into empty tables:
+on **Delta** one delta-rs ``merge`` per table of the rows the one-cycle engine
+run left; on **PostgreSQL** a COPY of the rows the one-cycle compiled run left
+into staging tables (encoded as the target encodes them) and their set-wise
+apply with the target's own statements, in one transaction. The final rows are
+read before anything is timed.
 """
 
 from __future__ import annotations
@@ -61,13 +62,16 @@ def spark_parse(params: dict[str, Any], defs: dict[str, Any], one_pass: bool) ->
     from pyspark.sql import functions as F
 
     from applier.config import load_config
-    from applier.engine.session import start_spark
+    from applier.engine.jvm_archive import archive_options
+    from applier.engine.session import JVM_OPTIONS, start_spark
     from applier.engine.sources import DAT_DDL
     from applier.intermediate.pairs import list_pairs
 
     dats = [str(p.dat_path) for p in list_pairs(Path(params["intermediate_dir"])).pairs]
     started = time.perf_counter()
-    spark = start_spark(load_config(None, params["settings"]))
+    # Both of the JVM's compilers: the limit's work is all in the JVM (the engine's driver compiles with C1 only).
+    jvm = f"spark.conf.spark.driver.extraJavaOptions={JVM_OPTIONS} {archive_options()}".strip()
+    spark = start_spark(load_config(None, [*params["settings"], jvm]))
     ready = time.time()
     startup = time.perf_counter() - started
     rows = spark.read.schema(DAT_DDL).parquet(*dats)
