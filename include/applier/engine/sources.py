@@ -1,8 +1,9 @@
 """The compile job's input, read by the executors themselves: the read step of a cycle in Spark.
 
-The driver hands Spark one small *task* per file to read, never the rows: a
-pair's ``.dat`` (with its ``seq``), a committed transaction's spill file, or
-the file of the committed rows that were still in memory. Each task carries
+The driver hands Spark small *tasks*, never the rows: each reads a file, or
+a part of a pair's rows when a cycle has few pairs for its cores: a pair's
+``.dat`` (with its ``seq``), a committed transaction's spill file, or the
+file of the committed rows that were still in memory. Each task carries
 the commit lsn of the committed transactions it may hold (those of its pair
 only, so a task's share stays small however many transactions the cycle
 commits). An executor reads its file with pyarrow a batch at a time, gives
@@ -45,11 +46,12 @@ BATCH_ROWS = 10_000
 TASKS_PER_CORE = 4
 """Read tasks a cycle is cut into per core of the application, at least, when it has few files.
 
-A pair is one Parquet row group here, and its rows cost the same to compile
-whatever the pair: seven pairs made seven tasks on two cores, whose last
-ran alone for a quarter of the stage. A pair is cut into parts of its rows
-(each decodes the file up to the end of its part: about a third more
-decoding on two parts, against tasks seven times as costly to compile).
+A task's cost is mostly compiling its rows, so tasks of equal rows balance:
+a cycle of seven pairs on eight cores would leave a core idle. A pair cut into
+parts costs a little more decoding (each part decodes the file's row groups
+up to its end; reading is a few percent of the stage). On the narrow
+benchmark workload (seven pairs, two cores) the stage took the same time
+in 7 or 14 tasks.
 """
 
 
