@@ -9,8 +9,19 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
+from applier.engine.buffers import BufferedTxn
 from applier.engine.reading import CycleInput
-from applier.engine.sources import BATCH_ROWS, TASKS_PER_CORE, ReadTask, commits_of, read_tasks, task_rows
+from applier.engine.sources import (
+    BATCH_ROWS,
+    PART_BYTES,
+    SPILL_GROUPS_PER_CORE,
+    TASKS_PER_CORE,
+    ReadTask,
+    _coalesced,
+    commits_of,
+    read_tasks,
+    task_rows,
+)
 from applier.engine.spill import append_spill
 from applier.intermediate.pairs import DAT_COLUMNS, PairRef
 
@@ -38,9 +49,9 @@ def _task(path: Path, seq: int | None, commits: dict[str, int], part: int = 0, p
 
 
 def _read(tasks: list[ReadTask], **options: Any) -> list[dict[str, Any]]:
-    """The rows of ``tasks``, run as one partition."""
+    """The rows of ``tasks``, each its own group, all run in one partition."""
     numbers = pa.RecordBatch.from_pydict({"id": pa.array(range(len(tasks)), pa.int64())})
-    return pa.Table.from_batches(list(task_rows(tasks, [numbers], **options))).to_pylist()
+    return pa.Table.from_batches(list(task_rows([(t,) for t in tasks], [numbers], **options))).to_pylist()
 
 
 def test_a_pair_yields_its_committed_rows_with_their_commit_lsn(tmp_path: Path) -> None:
@@ -91,12 +102,14 @@ def test_a_spill_file_yields_its_rows_without_a_seq(tmp_path: Path) -> None:
     assert {(r["xid"], r["commit_lsn"], r["seq"]) for r in rows} == {("a", 40, None), ("b", 41, None)}
 
 
-def test_each_pair_task_carries_only_its_own_transactions_commits(spark: Any, tmp_path: Path) -> None:
+@pytest.mark.parametrize("large", [False, True])
+def test_each_pair_task_carries_only_its_own_transactions_commits(spark: Any, tmp_path: Path, large: bool) -> None:
     refs = []
     for seq, xids in ((1, ["a", "b"]), (2, ["b", "c"]), (3, ["d"])):
         path = tmp_path / f"00000000{seq}.dat"
         pq.write_table(_dat_rows(xids, start=seq * 100_000), path)
-        refs.append(PairRef(seq, path, path.with_suffix(".trn"), path.stat().st_size))
+        size = 64 * PART_BYTES if large else path.stat().st_size  # the size a plan knows the pair by
+        refs.append(PairRef(seq, path, path.with_suffix(".trn"), size))
     cycle = CycleInput(
         pairs=refs,
         commits={"a": 10, "b": 20, "c": 30, "z": 99},  # "d" stays open: pair 3 holds nothing committed
@@ -105,12 +118,13 @@ def test_each_pair_task_carries_only_its_own_transactions_commits(spark: Any, tm
 
     tasks = read_tasks(spark, cycle, {}, None)
     assert tasks is not None
-    carried = {task.seq: task.commits.to_pydict() for task in tasks.tasks}
+    carried = {task.seq: task.commits.to_pydict() for (task,) in tasks.tasks}
     rows = tasks.rows().toArrow()
 
     assert carried == {1: {"xid": ["a", "b"], "commit_lsn": [10, 20]}, 2: {"xid": ["b", "c"], "commit_lsn": [20, 30]}}
-    parts = -(-TASKS_PER_CORE * spark.sparkContext.defaultParallelism // 2)  # two pairs to read
-    assert [(t.seq, t.part, t.parts) for t in tasks.tasks] == [(s, p, parts) for s in (1, 2) for p in range(parts)]
+    # Two pairs to read; a small one is not cut.
+    parts = -(-TASKS_PER_CORE * spark.sparkContext.defaultParallelism // 2) if large else 1
+    assert [(t.seq, t.part, t.parts) for (t,) in tasks.tasks] == [(s, p, parts) for s in (1, 2) for p in range(parts)]
     assert tasks.numbers().rdd.glom().map(len).collect() == [1] * len(tasks.tasks)  # one Spark task per read task
     assert rows.num_rows == 2 * ROWS
     assert sorted(set(zip(*rows.select(["xid", "commit_lsn", "seq"]).to_pydict().values(), strict=True))) == [
@@ -119,3 +133,47 @@ def test_each_pair_task_carries_only_its_own_transactions_commits(spark: Any, tm
         ("b", 20, 2),
         ("c", 30, 2),
     ]
+
+
+def test_many_spill_files_are_read_in_a_few_spark_tasks(spark: Any, tmp_path: Path) -> None:
+    taken = {}
+    for n in range(40):  # one spill file per spooled transaction
+        xid = f"x{n}"
+        path = tmp_path / f"cfg_{xid}.spill"
+        append_spill(path, [_dat_rows([xid], start=n * ROWS + 1).slice(0, 3)])
+        taken[xid] = BufferedTxn(xid, 3, 0, None, None, path, 0)
+    cycle = CycleInput(commits={xid: 1000 + i for i, xid in enumerate(taken)})
+
+    tasks = read_tasks(spark, cycle, taken, None)
+    assert tasks is not None
+    rows = tasks.rows().toArrow()
+
+    cores = spark.sparkContext.defaultParallelism
+    assert len(tasks.tasks) == min(40, SPILL_GROUPS_PER_CORE * cores)
+    assert sorted(t.path for group in tasks.tasks for t in group) == sorted(str(b.spill_path) for b in taken.values())
+    assert rows.num_rows == 40 * 3
+    assert set(zip(rows.column("xid").to_pylist(), rows.column("commit_lsn").to_pylist(), strict=True)) == {
+        (xid, cycle.commits[xid]) for xid in taken
+    }
+
+
+def test_small_batches_are_joined_up_to_a_batch_in_order_and_a_large_one_stays_whole() -> None:
+    small = [pa.RecordBatch.from_pydict({"v": [3 * i, 3 * i + 1, 3 * i + 2]}) for i in range(10)]
+    large = pa.RecordBatch.from_pydict({"v": list(range(30, 55))})
+
+    joined = list(_coalesced([*small, large], rows=10))
+
+    assert [b.num_rows for b in joined] == [9, 9, 9, 3, 25]
+    assert [v for b in joined for v in b.column(0).to_pylist()] == list(range(55))
+
+
+def test_a_spill_file_of_many_small_spools_is_read_as_one_batch(tmp_path: Path) -> None:
+    path = tmp_path / "cfg_a.spill"
+    rows = _dat_rows(["a"])
+    for start in range(0, 400, 2):  # 200 spools of two rows each
+        append_spill(path, [rows.slice(start, 2)])
+
+    batches = list(task_rows([(_task(path, None, {"a": 7}),)], [pa.RecordBatch.from_pydict({"id": [0]})]))
+
+    assert [b.num_rows for b in batches] == [400]
+    assert batches[0].column("lsn").to_pylist() == list(range(1, 401))

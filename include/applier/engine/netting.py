@@ -143,7 +143,7 @@ def net_changes(
 
 
 def task_events(
-    read: Sequence[ReadTask],
+    read: Sequence[Sequence[ReadTask]],
     keep_all: bool,
     tables: Mapping[str, TableDef],
     truncates: Mapping[str, tuple[int, int]],
