@@ -46,7 +46,7 @@ from __future__ import annotations
 
 import functools
 import math
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 
 import pyarrow as pa
 from pyspark.sql import DataFrame
@@ -55,7 +55,7 @@ from applier.engine.events import EVENT_SCHEMA, event_batches
 from applier.engine.identity import CHUNK_SCHEMA
 from applier.engine.image_checks import Checks
 from applier.engine.reduce import net_batches
-from applier.engine.sources import ReadTask, ReadTasks, task_rows
+from applier.engine.sources import ReadTasks
 from applier.intermediate.schema import TableDef
 
 # Bytes of input per shuffle partition of the compile: large cycles get more
@@ -127,9 +127,8 @@ def net_changes(
     """
     definitions = dict(tables)
     settings = (definitions, dict(truncates), dict(spreads or {}), list(bounds), checks)
-    if isinstance(rows, ReadTasks):
-        reading = functools.partial(task_events, rows.tasks, rows.keep_all, *settings)
-        events = rows.numbers().mapInArrow(reading, _ddl(EVENT_SCHEMA))
+    if isinstance(rows, ReadTasks):  # read on the executors, into the events step in the same process
+        events = rows.map_rows(functools.partial(event_batches, *settings), _ddl(EVENT_SCHEMA))
     else:
         read = ["table", "op", "before", "after", "commit_lsn", "lsn", *(("seq", "xid") if checks is not None else ())]
         events = rows.select(*read).mapInArrow(functools.partial(event_batches, *settings), _ddl(EVENT_SCHEMA))
@@ -140,24 +139,6 @@ def net_changes(
     return events.mapInArrow(
         functools.partial(net_batches, definitions, frozenset(truncates), folder), _ddl(CHUNK_SCHEMA)
     )
-
-
-def task_events(
-    read: Sequence[Sequence[ReadTask]],
-    keep_all: bool,
-    tables: Mapping[str, TableDef],
-    truncates: Mapping[str, tuple[int, int]],
-    spreads: Mapping[str, int],
-    bounds: Sequence[int],
-    checks: Checks | None,
-    numbers: Iterable[pa.RecordBatch],
-) -> Iterator[pa.RecordBatch]:
-    """:func:`~applier.engine.events.event_batches` of the rows that read tasks hold (a ``mapInArrow`` function).
-
-    The rows go from the files to the events in this process (:mod:`applier.engine.sources`);
-    ``numbers`` are those of the tasks of ``read`` to run here.
-    """
-    return event_batches(tables, truncates, spreads, bounds, checks, task_rows(read, numbers, keep_all=keep_all))
 
 
 def compile_partitions(input_bytes: int, default: int) -> int:

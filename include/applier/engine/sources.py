@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import functools
 import itertools
-from collections.abc import Collection, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, NamedTuple
@@ -110,9 +110,25 @@ class ReadTasks:
         numbers: DataFrame = self.spark.range(len(self.tasks), numPartitions=len(self.tasks))
         return numbers
 
+    def map_rows(self, function: Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]], ddl: str) -> DataFrame:
+        """``function`` over the tasks' rows (:func:`task_rows`), in the Python process that reads them.
+
+        A ``mapInArrow`` over :meth:`numbers`: the rows never cross into the JVM; ``ddl`` is ``function``'s output.
+        """
+        return self.numbers().mapInArrow(functools.partial(_read_then, self.tasks, self.keep_all, function), ddl)
+
     def rows(self) -> DataFrame:
         """The tasks' rows as a DataFrame (:data:`ROWS_DDL`), for a job other than the compile."""
-        return self.numbers().mapInArrow(functools.partial(task_rows, self.tasks, keep_all=self.keep_all), ROWS_DDL)
+        return self.map_rows(iter, ROWS_DDL)  # iter: the rows as they are read
+
+
+def _read_then(
+    tasks: Sequence[Sequence[ReadTask]],
+    keep_all: bool,
+    function: Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]],
+    numbers: Iterable[pa.RecordBatch],
+) -> Iterator[pa.RecordBatch]:
+    return function(task_rows(tasks, numbers, keep_all=keep_all))
 
 
 def read_tasks(
