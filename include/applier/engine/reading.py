@@ -18,11 +18,13 @@ refused pair cuts the cycle as it does at reading.
 from __future__ import annotations
 
 import logging
+import sys
 from collections import Counter
-from collections.abc import Callable, Collection, Iterator, Mapping
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TypeVar
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -31,7 +33,7 @@ import pyarrow.parquet as pq
 from applier.engine.buffers import BufferedTxn, TransactionBuffers
 from applier.engine.checking import PairChecker
 from applier.engine.checkpoint import Checkpoint
-from applier.engine.touches import Truncate, longest_images, table_rows_by_xid, truncate_rows
+from applier.engine.touches import Truncate, longest_images, table_row_counts, truncate_rows
 from applier.errors import GapError, IntermediateFileError, LateImageRefusal
 from applier.intermediate.pairs import DAT_COLUMNS, PairRef, list_pairs, pair_name
 from applier.intermediate.reader import Pair, read_pair
@@ -39,6 +41,8 @@ from applier.intermediate.schema import TableDef
 from applier.intermediate.stream import StreamValidator, TableAdmission
 
 log = logging.getLogger("applier")
+
+K = TypeVar("K")
 
 MEASURING_THREADS = 1
 """Threads that measure a cycle's row images while the driver reads its pairs (:func:`read_cycle`).
@@ -60,7 +64,8 @@ class CycleInput:
         rows_read: rows in the accepted pairs.
         refused: the error of the pair that cut the cycle short, if any.
         xids_by_seq: for each pair, the xids that have rows in it.
-        begun_at: xid -> source time (``ts``) of the begins in these pairs.
+        begun_at: xid -> source time (``ts``) of the begin of each transaction begun
+            in these pairs and still open after them (what ``applier status`` shows).
         truncates: ``(xid, (table, lsn))`` of every ``T`` row in these pairs.
         table_rows: rows per table in these pairs (of any transaction).
         xid_rows: rows per transaction in these pairs.
@@ -89,8 +94,6 @@ class CycleInput:
     autocorrect: set[str] = field(default_factory=set)
     unchecked: dict[int, dict[str, TableDef]] = field(default_factory=dict)
     read_seconds: float = 0.0
-    # One object per xid and table name, however many of the maps above hold it and whichever file named it.
-    names: dict[str, str] = field(default_factory=dict, repr=False)
 
     @property
     def bytes(self) -> int:
@@ -103,35 +106,53 @@ class CycleInput:
 
 
 def _note_pair(into: CycleInput, pair: Pair) -> None:
+    """Record what ``pair`` holds per transaction and table, and its events.
+
+    The work is per transaction, at C speed where it can be: names are
+    interned (:func:`sys.intern`: one object per xid and table name, whichever
+    file or map holds it), counts are merged with :func:`_add_counts`. Noting
+    the 24 pairs of 392,000 committed transactions took 1.5-1.7 s, against
+    1.75 s one transaction at a time.
+    """
     into.pairs.append(pair.ref)
     into.rows_read += pair.data.num_rows
-    name = _namer(into.names)
-    by_xid = pc.value_counts(pair.data["xid"])
-    xids = [name(xid) for xid in by_xid.field("values").to_pylist()]
-    into.xids_by_seq[pair.seq] = set(xids)
-    into.xid_rows.update(dict(zip(xids, by_xid.field("counts").to_pylist(), strict=True)))
-    for xid, table, n in table_rows_by_xid(pair.data):
-        xid, table = name(xid), name(table)
-        into.xid_table_rows[xid, table] += n
+    intern = sys.intern
+    if pair.data.num_rows:
+        counted = table_row_counts(pair.data)
+        keys = zip(map(intern, counted["xid"].to_pylist()), map(intern, counted["table"].to_pylist()), strict=True)
+        _add_counts(into.xid_table_rows, keys, counted["rows"].to_pylist())
+        by_xid = counted.group_by("xid", use_threads=False).aggregate([("rows", "sum")])
+        xids = list(map(intern, by_xid["xid"].to_pylist()))
+        _add_counts(into.xid_rows, xids, by_xid["rows_sum"].to_pylist())
+        into.xids_by_seq[pair.seq] = set(xids)
+        by_table = counted.group_by("table", use_threads=False).aggregate([("rows", "sum")])
+        _add_counts(into.table_rows, by_table["table"].to_pylist(), by_table["rows_sum"].to_pylist())
+    else:
+        into.xids_by_seq[pair.seq] = set()
     into.truncates.extend(truncate_rows(pair.data))
     into.autocorrect.update(pair.autocorrect)
-    counts = pc.value_counts(pair.data["table"])
-    names, numbers = counts.field("values").to_pylist(), counts.field("counts").to_pylist()
-    into.table_rows.update(dict(zip(names, numbers, strict=True)))
-    for event in pair.events:
-        xid = name(event.xid)
-        if event.record == "commit":
-            into.commits[xid] = event.lsn
-            into.commit_seqs[xid] = pair.seq
-        elif event.record == "rollback":
-            into.rollbacks.add(xid)
-        else:
-            into.begun_at[xid] = event.ts
+    events = pair.events
+    commits = {intern(e.xid): e.lsn for e in events if e.record == "commit"}
+    into.commits.update(commits)
+    into.commit_seqs.update(dict.fromkeys(commits, pair.seq))
+    rolled_back = [intern(e.xid) for e in events if e.record == "rollback"]
+    into.rollbacks.update(rolled_back)
+    begun_at = into.begun_at
+    begun_at.update({intern(e.xid): e.ts for e in events if e.record == "begin"})
+    for xid in (*commits, *rolled_back):
+        begun_at.pop(xid, None)
 
 
-def _namer(names: dict[str, str]) -> Callable[[str], str]:
-    """The canonical object of a name (``names.setdefault(text, text)``): copies of a string are freed."""
-    return lambda text: names.setdefault(text, text)
+def _add_counts(into: dict[K, int], keys: Iterable[K], counts: Iterable[int]) -> None:
+    """Add ``counts`` to ``into`` by key (a :class:`~collections.Counter` too), with C's ``dict.update``.
+
+    Only keys ``into`` holds already are added one by one: a transaction's
+    rows in the pairs before, a few per pair.
+    """
+    new = dict(zip(keys, counts, strict=True))
+    for key in new.keys() & into.keys():
+        new[key] += into[key]
+    dict.update(into, new)
 
 
 def _note_images(into: CycleInput, longest: Mapping[str, int]) -> None:

@@ -19,16 +19,14 @@ Truncate = tuple[str, int]
 
 def table_touches(rows: pa.Table) -> list[tuple[str, str]]:
     """The distinct ``(xid, table)`` pairs of a batch of ``.dat`` rows."""
-    return [(xid, table) for xid, table, _ in table_rows_by_xid(rows)]
+    counted = table_row_counts(rows)
+    return list(zip(counted["xid"].to_pylist(), counted["table"].to_pylist(), strict=True))
 
 
-def table_rows_by_xid(rows: pa.Table) -> list[tuple[str, str, int]]:
-    """``(xid, table, rows)`` for each transaction and table of a batch of ``.dat`` rows."""
-    if rows.num_rows == 0:
-        return []
+def table_row_counts(rows: pa.Table) -> pa.Table:
+    """Columns ``xid``, ``table`` and ``rows``: the rows of each transaction and table of a batch of ``.dat`` rows."""
     counted = rows.select(["xid", "table"]).group_by(["xid", "table"], use_threads=False).aggregate([([], "count_all")])
-    columns = (counted.column(name).to_pylist() for name in ("xid", "table", "count_all"))
-    return list(zip(*columns, strict=True))
+    return counted.select(["xid", "table", "count_all"]).rename_columns(["xid", "table", "rows"])
 
 
 def longest_images(rows: pa.Table | pa.RecordBatch) -> dict[str, int]:

@@ -104,8 +104,12 @@ class Pair:
         return self.ref.seq
 
     def lsn_range(self) -> tuple[int, int] | None:
-        """Smallest and largest lsn of any row or event, None for an empty pair."""
-        lsns = [e.lsn for e in self.events]
+        """Smallest and largest lsn of any row or event, None for an empty pair.
+
+        Events and rows are each in lsn order (:func:`read_pair` checks both),
+        so only the first and last of each are looked at.
+        """
+        lsns = [self.events[0].lsn, self.events[-1].lsn] if self.events else []
         if self.data.num_rows:
             lsns += [self.data["lsn"][0].as_py(), self.data["lsn"][-1].as_py()]
         return (min(lsns), max(lsns)) if lsns else None
