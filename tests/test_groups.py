@@ -209,3 +209,36 @@ def test_a_target_that_commits_a_part_at_once_applies_group_by_group() -> None:
     parts.apply_from(0, 0)
     assert [len(p) for p in target.parts] == [5, 5, 2, 1, 5, 5, 5, 2]
     assert all("applied" not in g for g in parts.groups)
+
+
+def test_a_cycles_shapes_follow_its_counts_and_buffered_rows() -> None:
+    """txn_shapes against the queue arithmetic applied by hand: rows per table, the longest image, buffered shares."""
+    from applier.engine.buffers import BufferedTxn
+    from applier.engine.parts import txn_shapes
+    from applier.engine.reading import CycleInput
+    from applier.intermediate.schema import Column, TableDef
+
+    tables = {
+        "s.a": TableDef("s.a", (Column("id", "bigint", False), Column("note", "string", True)), ("id",)),
+        "s.b": TableDef("s.b", (Column("id", "int", False),), ()),
+    }
+    cycle = CycleInput()
+    cycle.commits.update({"x1": 10, "x2": 20, "x3": 30, "x4": 40})
+    cycle.xid_table_rows.update({("x1", "s.a"): 3, ("x1", "s.b"): 2, ("x2", "s.b"): 5, ("x3", "s.a"): 1})
+    cycle.xid_rows.update({"x1": 5, "x2": 5, "x3": 1})
+    cycle.longest_image.update({"s.a": 120, "s.b": 30})
+    cycle.truncates.append(("x2", ("s.b", 15)))
+    buffered = BufferedTxn("x3", 7, 0, 1, None, None, 0, frozenset({"s.a", "s.b"}))
+    size_a = expanded_row_size([("id", "bigint"), ("note", "string")], {}) + 120
+    size_b = expanded_row_size([("id", "int")], {}) + 30
+    sizes = {"s.a": size_a, "s.b": size_b}
+
+    shapes = txn_shapes(cycle, {"x3": buffered}, tables, ["x1", "x2", "x3", "x4"])
+
+    assert shapes == [
+        TxnShape("x1", 10, 5, estimate_cdb_bytes({"s.a": 3, "s.b": 2}, sizes)),
+        TxnShape("x2", 20, 5, estimate_cdb_bytes({"s.b": 5}, sizes), truncates=True),
+        # 1 row of s.a in the cycle, and 7 buffered shared between its two tables: 3.5 each, rounded
+        TxnShape("x3", 30, 8, estimate_cdb_bytes({"s.a": round(4.5), "s.b": round(3.5)}, sizes)),
+        TxnShape("x4", 40, 0, estimate_cdb_bytes({}, sizes)),  # committed with no rows
+    ]

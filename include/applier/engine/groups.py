@@ -33,7 +33,7 @@ COMPILED = "compiled"
 LOG_ORDER = "log order"
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)  # slots: a cycle holds one per committed transaction, 400,000 in a large one
 class TxnShape:
     """What grouping needs of one committed transaction.
 

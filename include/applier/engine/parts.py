@@ -16,12 +16,12 @@ from typing import Any
 
 import pyarrow as pa
 
-from applier.advise.arithmetic import expanded_row_size
+from applier.advise.arithmetic import DEFAULT_LAYOUT, expanded_row_size, row_entry_bytes
 from applier.config import Config
 from applier.engine.buffers import BufferedTxn
 from applier.engine.checkpoint import Intent
 from applier.engine.compile_local import PairCache
-from applier.engine.groups import GroupLimits, TxnShape, estimate_cdb_bytes
+from applier.engine.groups import GroupLimits, TxnShape
 from applier.engine.reading import CycleInput
 from applier.engine.report import CycleReport
 from applier.engine.retry import RetryPolicy
@@ -106,25 +106,43 @@ def txn_shapes(
     estimated by the queue arithmetic, each table's row at its fixed widths
     plus the table's longest image in the cycle (a bound on the variable part).
     Rows buffered in earlier cycles are shared evenly among their tables.
+
+    The sizes are summed per transaction straight from the cycle's counts,
+    without a map of tables per transaction: a cycle of 400,000 transactions
+    held 90 MiB of such maps at once.
     """
-    by_xid: dict[str, dict[str, float]] = {}
+    table_names = {t for _, t in cycle.xid_table_rows} | {t for txn in taken.values() for t in txn.tables}
+    entry = {name: row_entry_bytes(DEFAULT_LAYOUT, _row_size(name, cycle, tables)) for name in table_names}
+    header = DEFAULT_LAYOUT.transaction_header
+    cdb_bytes: dict[str, int] = {}
+    buffered: dict[str, dict[str, float]] = {xid: {} for xid in taken}
     for (xid, table), n in cycle.xid_table_rows.items():
-        by_xid.setdefault(xid, {})[table] = n
+        if xid in buffered:
+            buffered[xid][table] = n
+        else:
+            cdb_bytes[xid] = cdb_bytes.get(xid, header) + n * entry[table]
     for xid, txn in taken.items():
-        mine = by_xid.setdefault(xid, {})
+        mine = buffered[xid]
         for table in txn.tables:
             mine[table] = mine.get(table, 0) + txn.rows / len(txn.tables)
-    sizes: dict[str, int] = {}
-    for name in {t for rows in by_xid.values() for t in rows}:
-        columns = ((col.name, col.type) for col in tables[name].columns) if name in tables else ()
-        sizes[name] = expanded_row_size(columns, {}) + cycle.longest_image.get(name, 0)
+        cdb_bytes[xid] = header + sum(round(n) * entry[table] for table, n in mine.items())
     truncating = {xid for xid, _ in cycle.truncates} | {x for x, t in taken.items() if t.truncates}
-    shapes = []
-    for xid in order:
-        rows = {t: round(n) for t, n in by_xid.get(xid, {}).items()}
-        commands = cycle.xid_rows.get(xid, 0) + (taken[xid].rows if xid in taken else 0)
-        shapes.append(TxnShape(xid, cycle.commits[xid], commands, estimate_cdb_bytes(rows, sizes), xid in truncating))
-    return shapes
+    return [
+        TxnShape(
+            xid,
+            cycle.commits[xid],
+            cycle.xid_rows.get(xid, 0) + (taken[xid].rows if xid in taken else 0),
+            cdb_bytes.get(xid, header),
+            xid in truncating,
+        )
+        for xid in order
+    ]
+
+
+def _row_size(name: str, cycle: CycleInput, tables: Mapping[str, TableDef]) -> int:
+    """A table's row at its fixed widths plus its longest image in the cycle (the variable part's bound)."""
+    columns = ((col.name, col.type) for col in tables[name].columns) if name in tables else ()
+    return expanded_row_size(columns, {}) + cycle.longest_image.get(name, 0)
 
 
 def describe(cycle: CycleInput, xid: str) -> str:
