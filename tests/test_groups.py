@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from types import MappingProxyType
 
+import pyarrow as pa
 import pytest
 
 from applier.advise.arithmetic import LAYOUT_64, expanded_row_size
@@ -224,8 +225,9 @@ def test_a_cycles_shapes_follow_its_counts_and_buffered_rows() -> None:
     }
     cycle = CycleInput()
     cycle.commits.update({"x1": 10, "x2": 20, "x3": 30, "x4": 40})
-    cycle.xid_table_rows.update({("x1", "s.a"): 3, ("x1", "s.b"): 2, ("x2", "s.b"): 5, ("x3", "s.a"): 1})
-    cycle.xid_rows.update({"x1": 5, "x2": 5, "x3": 1})
+    # x1's rows of s.a come in two pairs
+    cycle.counts.append(pa.table({"xid": ["x1", "x1", "x2"], "table": ["s.a", "s.b", "s.b"], "rows": [2, 2, 5]}))
+    cycle.counts.append(pa.table({"xid": ["x1", "x3"], "table": ["s.a", "s.a"], "rows": [1, 1]}))
     cycle.longest_image.update({"s.a": 120, "s.b": 30})
     cycle.truncates.append(("x2", ("s.b", 15)))
     buffered = BufferedTxn("x3", 7, 0, 1, None, None, 0, frozenset({"s.a", "s.b"}))

@@ -32,10 +32,10 @@ from dataclasses import dataclass, field
 from itertools import accumulate
 
 import pyarrow as pa
-import pyarrow.compute as pc
 
 from applier.advise.arithmetic import Layout, percentile
 from applier.intermediate.reader import Event
+from applier.lookup import looked_up
 
 P99 = 0.99
 
@@ -98,8 +98,7 @@ def _pair_rows(data: pa.Table, entry_bytes: Mapping[str, int]) -> _PairRows:
     """Sum a pair's rows (columns lsn, xid, table, buffered) per row and per transaction."""
     if not data.num_rows:
         return _PairRows([], [0], [0], {})
-    names = list(entry_bytes)
-    costs = pc.take(pa.array([entry_bytes[n] for n in names], pa.int64()), pc.index_in(data["table"], pa.array(names)))
+    costs = looked_up(data["table"], entry_bytes)
     buffered = data["buffered"]
     rows = pa.table({"xid": data["xid"], "table": data["table"], "memory": costs, "buffered": buffered})
     by_xid: dict[str, _Open] = {}

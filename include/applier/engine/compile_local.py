@@ -41,7 +41,7 @@ LOCAL_ROWS = 20_000
 
 def part_rows(cycle: CycleInput, taken: Mapping[str, BufferedTxn]) -> int:
     """The input rows of a part's committed transactions (``cycle`` and ``taken`` narrowed to the part)."""
-    return sum(cycle.xid_rows.get(x, 0) for x in cycle.commits) + sum(t.rows for t in taken.values())
+    return cycle.rows_of(cycle.commits) + sum(t.rows for t in taken.values())
 
 
 class PairCache:

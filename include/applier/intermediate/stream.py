@@ -42,6 +42,7 @@ from applier.errors import (
 )
 from applier.intermediate.reader import Pair
 from applier.intermediate.schema import TableDef, evolution_problem
+from applier.lookup import looked_up
 
 # The window of ended xids. 100,000 xids take about 12 MB (an xid string, a set
 # slot and a deque slot each: measured with 12-character xids), cover the last
@@ -136,18 +137,13 @@ def _row_spans(pair: Pair) -> dict[str, tuple[int, int | None]]:
     ends = {e.xid: e.lsn for e in reversed(pair.events) if e.record != "begin"}  # each xid's first end
     ended = [x for x in ends if x in spans]
     if ended:
-        end_lsn = pc.take(pa.array([ends[x] for x in ended], pa.int64()), pc.index_in(data["xid"], pa.array(ended)))
+        end_lsn = looked_up(data["xid"], {x: ends[x] for x in ended})
         late = data.filter(pc.fill_null(pc.greater(data["lsn"], end_lsn), False))
         if late.num_rows:
             after = late.group_by("xid", use_threads=False).aggregate([("lsn", "min")])
             for x, lsn in zip(after["xid"].to_pylist(), after["lsn_min"].to_pylist(), strict=True):
                 spans[x] = (spans[x][0], lsn)
     return spans
-
-
-def _lsn_of_rows(xid: pa.ChunkedArray, lsns: Mapping[str, int]) -> pa.ChunkedArray:
-    """Per row, the lsn ``lsns`` gives its xid (null for an xid it does not name)."""
-    return pc.take(pa.array(list(lsns.values()), pa.int64()), pc.index_in(xid, pa.array(list(lsns), xid.type)))
 
 
 class StreamValidator:
@@ -327,12 +323,12 @@ class StreamValidator:
         xid, lsn = pair.data["xid"], pair.data["lsn"]
         if not self.state.ended_xids.isdisjoint(pc.unique(xid).to_pylist()):
             return False
-        if ends and pc.any(pc.greater(lsn, _lsn_of_rows(xid, ends))).as_py():
+        if ends and pc.any(pc.greater(lsn, looked_up(xid, ends))).as_py():
             return False
         if trusted:
             return True
         open_before = pc.is_in(xid, pa.array(list(self.state.open_xids), xid.type))
-        opened = pc.or_kleene(pc.less_equal(_lsn_of_rows(xid, begun), lsn), open_before)
+        opened = pc.or_kleene(pc.less_equal(looked_up(xid, begun), lsn), open_before)
         return bool(pc.all(pc.fill_null(opened, False)).as_py())
 
     def _row_problem(
