@@ -40,7 +40,7 @@ def test_a_generated_cycle_compiles_the_same_in_the_driver_and_in_spark(
     validator = StreamValidator()
     cycle = read_cycle(list(list_pairs(tmp_path / "in", 1).pairs), validator)
     tables = validator.state.tables
-    touched = cycle.tables_of(cycle.commits)
+    (touched,) = cycle.tables_by_group([cycle.commits])
     truncates = last_truncates(cycle.commits, cycle.truncates)
     names = {n: tables[n] for n in sorted(touched | set(truncates))}
     assert truncates or profile != "demo", "the demo workload truncates a table"

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
@@ -109,25 +110,29 @@ def txn_shapes(
     plus the table's longest image in the cycle (a bound on the variable part).
     Rows buffered in earlier cycles are shared evenly among their tables.
 
-    The sizes are summed per transaction in Arrow, from the cycle's counts:
-    a cycle of 392,000 transactions held 90 MiB of maps of tables per
-    transaction when they were summed in Python.
+    The counts are summed per transaction where they are, in Arrow and numpy
+    (each pair's counts looked up in the commit order, then added by
+    position): a cycle of 392,000 transactions held 90 MiB of maps of tables
+    per transaction when they were summed in Python, and an Arrow group-by of
+    its 600,000 counts took 100 MiB more for a moment.
     """
-    counts = cycle.xid_table_rows()
-    names = sorted(set(pc.unique(counts["table"]).to_pylist()) | {t for txn in taken.values() for t in txn.tables})
-    entry = {name: row_entry_bytes(DEFAULT_LAYOUT, _row_size(name, cycle, tables)) for name in names}
+    counts = cycle.counts
+    names = {t for rows in counts for t in pc.unique(rows["table"]).to_pylist()}
+    names.update(t for txn in taken.values() for t in txn.tables)
+    entry = {name: row_entry_bytes(DEFAULT_LAYOUT, _row_size(name, cycle, tables)) for name in sorted(names)}
     header = DEFAULT_LAYOUT.transaction_header
-    entries = looked_up(counts["table"], entry)
-    summed = (
-        pa.table({"xid": counts["xid"], "rows": counts["rows"], "bytes": pc.multiply(counts["rows"], entries)})
-        .group_by("xid", use_threads=False)
-        .aggregate([("rows", "sum"), ("bytes", "sum")])
-    )
-    at = pc.index_in(pa.array(order, counts["xid"].type), summed["xid"])
-    commands = pc.fill_null(pc.take(summed["rows_sum"], at), 0).to_pylist()
-    cdb_bytes = pc.add(pc.fill_null(pc.take(summed["bytes_sum"], at), 0), header).to_pylist()
+    rows_at, bytes_at = np.zeros(len(order), np.int64), np.zeros(len(order), np.int64)
+    positions = pa.array(order, pa.string())
+    for rows in counts:
+        at = pc.index_in(rows["xid"], positions.cast(rows["xid"].type))
+        mine = pc.is_valid(at)
+        where = at.filter(mine).to_numpy()
+        n = rows["rows"].filter(mine).to_numpy()
+        np.add.at(rows_at, where, n)
+        np.add.at(bytes_at, where, n * looked_up(rows["table"].filter(mine), entry).to_numpy())
+    commands, cdb_bytes = rows_at.tolist(), (bytes_at + header).tolist()
     position = {xid: i for i, xid in enumerate(order) if xid in taken}
-    in_cycle = _table_rows(counts, position)
+    in_cycle = _table_rows(cycle, position)
     for xid, i in position.items():  # a buffered transaction's rows, rounded per table
         txn, mine = taken[xid], in_cycle.get(xid, {})
         for table in txn.tables:
@@ -141,14 +146,17 @@ def txn_shapes(
     ]
 
 
-def _table_rows(counts: pa.Table, xids: Collection[str]) -> dict[str, dict[str, float]]:
-    """The rows of each transaction of ``xids`` per table, from :meth:`CycleInput.xid_table_rows`."""
+def _table_rows(cycle: CycleInput, xids: Collection[str]) -> dict[str, dict[str, float]]:
+    """The rows of each transaction of ``xids`` per table in the cycle's pairs."""
     found: dict[str, dict[str, float]] = {}
     if not xids:
         return found
-    mine = counts.filter(pc.is_in(counts["xid"], pa.array(list(xids), counts["xid"].type)))
-    for xid, table, n in zip(*(mine[c].to_pylist() for c in ("xid", "table", "rows")), strict=True):
-        found.setdefault(xid, {})[table] = n
+    wanted = pa.array(list(xids), pa.string())
+    for rows in cycle.counts:
+        mine = rows.filter(pc.is_in(rows["xid"], wanted.cast(rows["xid"].type)))
+        for xid, table, n in zip(*(mine[c].to_pylist() for c in ("xid", "table", "rows")), strict=True):
+            tables = found.setdefault(xid, {})
+            tables[table] = tables.get(table, 0) + n
     return found
 
 
@@ -160,7 +168,7 @@ def _row_size(name: str, cycle: CycleInput, tables: Mapping[str, TableDef]) -> i
 
 def describe(cycle: CycleInput, xid: str) -> str:
     """A committed transaction named for an operator: xid, commit lsn and the pair of its commit."""
-    seq = cycle.commit_seqs.get(xid)
+    seq = cycle.commit_seq(xid)
     pair = f", pair {pair_name(seq)}" if seq is not None else ""
     return f"transaction {xid} (commit lsn {cycle.commits[xid]}{pair})"
 
@@ -217,7 +225,7 @@ def _pass(c: PartContext, part: Part, xid: str, error: TargetError, action: str)
         cycle_id=c.cycle_id,
         xid=xid,
         commit_lsn=c.cycle.commits[xid],
-        pair_seq=c.cycle.commit_seqs.get(xid, 0),
+        pair_seq=c.cycle.commit_seq(xid) or 0,
         error_class=error.error_class,
         code=error.code,
         table=error.table,

@@ -17,14 +17,16 @@ refused pair cuts the cycle as it does at reading.
 
 from __future__ import annotations
 
+import bisect
 import logging
 import sys
 from collections import Counter
-from collections.abc import Callable, Collection, Iterator, Mapping
+from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
@@ -50,9 +52,6 @@ threads gained nothing more and each held a batch of images (955 MiB).
 """
 
 
-_COUNTS = pa.schema([("xid", pa.string()), ("table", pa.string()), ("rows", pa.int64())])
-
-
 @dataclass
 class CycleInput:
     """What the driver learnt from a cycle's pairs.
@@ -69,11 +68,12 @@ class CycleInput:
         truncates: ``(xid, (table, lsn))`` of every ``T`` row in these pairs.
         table_rows: rows per table in these pairs (of any transaction).
         counts: rows per transaction and table, one table per pair with rows
-            (columns ``xid``, ``table``, ``rows``; see :meth:`xid_table_rows`).
+            (columns ``xid``, ``table``, ``rows``).
             In Arrow, not in Python maps: a cycle of 392,000 transactions held
             70 MiB of ``(xid, table)`` keys.
         longest_image: per table, its longest image in these pairs (bytes).
-        commit_seqs: xid -> the pair whose ``.trn`` holds its commit.
+        commit_ends: per pair holding commits, in order, ``(its last commit's lsn,
+            its seq)``: where :meth:`commit_seq` finds the pair of a commit.
         autocorrect: tables a nonatomic materialization copies in these pairs (``cdc.autocorrect``).
         unchecked: the pairs whose row images are still to be checked: seq -> the
             pair's table definitions (shared by :func:`~applier.engine.sparkapply.narrowed` parts).
@@ -91,7 +91,7 @@ class CycleInput:
     table_rows: Counter[str] = field(default_factory=Counter)
     counts: list[pa.Table] = field(default_factory=list)
     longest_image: dict[str, int] = field(default_factory=dict)
-    commit_seqs: dict[str, int] = field(default_factory=dict)
+    commit_ends: list[tuple[int, int]] = field(default_factory=list)
     autocorrect: set[str] = field(default_factory=set)
     unchecked: dict[int, dict[str, TableDef]] = field(default_factory=dict)
     read_seconds: float = 0.0
@@ -100,24 +100,41 @@ class CycleInput:
     def bytes(self) -> int:
         return sum(p.size for p in self.pairs)
 
-    def xid_table_rows(self) -> pa.Table:
-        """Rows per transaction and table in these pairs: columns ``xid``, ``table`` and ``rows``."""
-        if len(self.counts) == 1:
-            return self.counts[0]
-        if not self.counts:
-            return pa.table({"xid": [], "table": [], "rows": []}, _COUNTS)
-        merged = (
-            pa.concat_tables(self.counts).group_by(["xid", "table"], use_threads=False).aggregate([("rows", "sum")])
-        )
-        return merged.select(["xid", "table", "rows_sum"]).rename_columns(["xid", "table", "rows"])
+    def commit_seq(self, xid: str) -> int | None:
+        """The pair whose ``.trn`` holds the commit of ``xid`` (None: not committed in these pairs).
+
+        Pairs follow each other in lsn order, so the pair is the first whose
+        last commit is at or after this one: no map from every xid is kept.
+        """
+        lsn = self.commits.get(xid)
+        if lsn is None:
+            return None
+        at = bisect.bisect_left(self.commit_ends, (lsn, 0))
+        return self.commit_ends[at][1] if at < len(self.commit_ends) else None
 
     def rows_of(self, xids: Collection[str]) -> int:
         """Rows of the transactions ``xids`` in these pairs."""
         return sum(pc.sum(rows["rows"]).as_py() or 0 for rows in self._counts_of(xids))
 
-    def tables_of(self, xids: Collection[str]) -> set[str]:
-        """The tables that rows of the transactions ``xids`` change in these pairs."""
-        return {table for rows in self._counts_of(xids) for table in pc.unique(rows["table"]).to_pylist()}
+    def tables_by_group(self, groups: Sequence[Collection[str]]) -> list[set[str]]:
+        """The tables that rows of each group of transactions change in these pairs (a group per list of xids).
+
+        One lookup of every pair's counts in the xids of all the groups, in
+        Arrow: a cycle compiled in dozens of groups filtered every pair's counts
+        once per group.
+        """
+        found: list[set[str]] = [set() for _ in groups]
+        if not self.counts or not groups:
+            return found
+        xids = pa.array([xid for group in groups for xid in group], pa.string())
+        group_of = pa.array(np.repeat(np.arange(len(groups), dtype=np.int64), [len(group) for group in groups]))
+        for rows in self.counts:
+            group = pc.take(group_of, pc.index_in(rows["xid"], xids.cast(rows["xid"].type)))
+            hit = pa.table({"group": group, "table": rows["table"]}).filter(pc.is_valid(group))
+            pairs = hit.group_by(["group", "table"], use_threads=False).aggregate([])
+            for number, table in zip(pairs["group"].to_pylist(), pairs["table"].to_pylist(), strict=True):
+                found[number].add(table)
+        return found
 
     def _counts_of(self, xids: Collection[str]) -> Iterator[pa.Table]:
         wanted = pa.array(list(xids), pa.string())
@@ -147,8 +164,9 @@ def _note_pair(into: CycleInput, pair: Pair) -> None:
     into.autocorrect.update(pair.autocorrect)
     events = pair.events
     commits = {intern(e.xid): e.lsn for e in events if e.record == "commit"}
-    into.commits.update(commits)
-    into.commit_seqs.update(dict.fromkeys(commits, pair.seq))
+    if commits:
+        into.commits.update(commits)
+        into.commit_ends.append((max(commits.values()), pair.seq))
     rolled_back = [intern(e.xid) for e in events if e.record == "rollback"]
     into.rollbacks.update(rolled_back)
     begun_at = into.begun_at
@@ -265,9 +283,15 @@ def check_in_driver(cycle: CycleInput) -> None:
 
 
 def pairs_holding(cycle: CycleInput, xids: Collection[str]) -> list[PairRef]:
-    """The cycle's pairs that hold rows of any of ``xids``, in order."""
-    wanted = set(xids)
-    return [ref for ref in cycle.pairs if cycle.xids_by_seq.get(ref.seq, set()) & wanted]
+    """The cycle's pairs that hold rows of any of ``xids`` (a set or a dict, or made one), in order."""
+    wanted = xids if isinstance(xids, set | frozenset | dict) else set(xids)
+    return [ref for ref in cycle.pairs if _meet(cycle.xids_by_seq.get(ref.seq, set()), wanted)]
+
+
+def _meet(these: Collection[str], those: Collection[str]) -> bool:
+    """Whether two sets (or dicts) of xids share one, looking the smaller one's up in the larger (no copy)."""
+    small, large = (these, those) if len(these) <= len(those) else (those, these)
+    return any(xid in large for xid in small)
 
 
 def spill_inputs(taken: Mapping[str, BufferedTxn], memory_file: Path | None) -> list[Path]:

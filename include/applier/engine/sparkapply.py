@@ -124,14 +124,14 @@ def compile_committed(
         The holders, one per group; none when no file holds a row to read.
     """
     with report.phase("spark"):
-        sets = [set(g) for g in groups] or [set(cycle.commits)]
+        members = list(groups) or [cycle.commits]
         truncates = last_truncates(
             cycle.commits, [*cycle.truncates, *((t.xid, at) for t in taken.values() for at in t.truncates)]
         )
-        if len(sets) > 1 and truncates:
+        if len(members) > 1 and truncates:
             raise ValueError("compilable groups hold no truncate: a truncating transaction is applied alone")
-        touched = [_touched(cycle, taken, xids) for xids in sets]
-        bounds = [min(cycle.commits[x] for x in xids) for xids in sets[1:]]
+        touched = _touched(cycle, taken, members)
+        bounds = [min(cycle.commits[x] for x in xids) for xids in members[1:]]
         if not local and not (pairs_holding(cycle, cycle.commits) or spill_inputs(taken, memory_file)):
             return []
         holders: list[CompiledCycle] = []
@@ -195,9 +195,12 @@ def record_load(report: CycleReport, load: CycleLoad, held: dict[str, int] | Non
         (log.info if quiet else log.warning)("cycle %d: table %s: %s; applied as upserts", report.cycle_id, table, said)
 
 
-def _touched(cycle: CycleInput, taken: Mapping[str, BufferedTxn], xids: Collection[str]) -> set[str]:
-    touched = cycle.tables_of(xids)
-    touched.update(*(t.tables for x, t in taken.items() if x in xids))
+def _touched(cycle: CycleInput, taken: Mapping[str, BufferedTxn], groups: Sequence[Collection[str]]) -> list[set[str]]:
+    """The tables each group's transactions change, in the cycle's pairs and in their buffered rows."""
+    touched = cycle.tables_by_group(groups)
+    if taken:
+        for tables, xids in zip(touched, groups, strict=True):
+            tables.update(*(taken[x].tables for x in xids if x in taken))
     return touched
 
 
@@ -235,7 +238,13 @@ def _compile_in_spark(
 def narrowed(
     cycle: CycleInput, taken: Mapping[str, BufferedTxn], xids: Collection[str]
 ) -> tuple[CycleInput, dict[str, BufferedTxn]]:
-    """``cycle`` and ``taken`` with only the committed transactions ``xids`` (a part of the cycle)."""
+    """``cycle`` and ``taken`` with only the committed transactions ``xids`` (a part of the cycle).
+
+    ``xids``, each once, naming every committed transaction (the groups of a
+    cycle compiled in one job) give the cycle itself: no copy of its commits.
+    """
+    if len(xids) == len(cycle.commits) and all(x in cycle.commits for x in xids):
+        return cycle, dict(taken)
     keep = set(xids)
     part = replace(
         cycle,

@@ -1,0 +1,74 @@
+"""What the driver keeps of a cycle's pairs per transaction (CycleInput), asked as the apply steps ask it."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from applier.engine.reading import CycleInput, pairs_holding, read_cycle
+from applier.engine.sparkapply import narrowed
+from applier.intermediate.pairs import list_pairs
+from applier.intermediate.stream import StreamValidator
+from handmade import ACCOUNTS, event, row, write_pair
+
+TABLES = {"bank.accounts": ACCOUNTS, "bank.audit": ACCOUNTS}
+
+
+def _image(n: int) -> dict:
+    return {"id": n, "owner": "o", "balance": "1.00"}
+
+
+def _cycle(tmp_path: Path) -> CycleInput:
+    """Three pairs: a commits in 1; b spans 1-2 and commits in 2; c commits in 3; d stays open; e rolls back."""
+    write_pair(
+        tmp_path, 1,
+        [row(11, "a", "I", after=_image(1)), row(12, "b", "I", after=_image(2), table="bank.audit"),
+         row(13, "a", "I", after=_image(3), table="bank.audit")],
+        [event("begin", "a", 9), event("begin", "b", 10), event("commit", "a", 14)],
+        tables=TABLES,
+    )  # fmt: skip
+    write_pair(
+        tmp_path, 2,
+        [row(21, "b", "I", after=_image(4)), row(23, "d", "I", after=_image(5)), row(25, "e", "I", after=_image(6))],
+        [event("begin", "d", 20), event("commit", "b", 22), event("begin", "e", 24), event("rollback", "e", 26)],
+        tables=TABLES,
+    )  # fmt: skip
+    write_pair(
+        tmp_path, 3,
+        [row(32, "c", "I", after=_image(7), table="bank.audit")],
+        [event("begin", "c", 31), event("commit", "c", 33)],
+        tables=TABLES,
+    )  # fmt: skip
+    return read_cycle(list_pairs(tmp_path).pairs, StreamValidator(), defer_images=True)
+
+
+def test_the_pair_of_each_commit_is_found_from_the_commit_lsns(tmp_path: Path) -> None:
+    cycle = _cycle(tmp_path)
+    assert {x: cycle.commit_seq(x) for x in ("a", "b", "c", "d", "e", "z")} == {
+        "a": 1, "b": 2, "c": 3, "d": None, "e": None, "z": None,  # open, rolled back, unknown: no commit
+    }  # fmt: skip
+    part, _ = narrowed(cycle, {}, ["b"])
+    assert part.commit_seq("b") == 2 and part.commit_seq("a") is None
+
+
+def test_begin_times_are_kept_for_open_transactions_only(tmp_path: Path) -> None:
+    assert set(_cycle(tmp_path).begun_at) == {"d"}
+
+
+def test_rows_tables_and_pairs_of_transactions(tmp_path: Path) -> None:
+    cycle = _cycle(tmp_path)
+    assert cycle.rows_of(["a", "b"]) == 4 and cycle.rows_of(["c", "z"]) == 1 and cycle.rows_of([]) == 0
+    assert cycle.tables_by_group([["a"], ["b", "c"], ["d"], ["z"]]) == [
+        {"bank.accounts", "bank.audit"}, {"bank.accounts", "bank.audit"}, {"bank.accounts"}, set(),
+    ]  # fmt: skip
+    assert {x: cycle.rows_of([x]) for x in "abcdez"} == {"a": 2, "b": 2, "c": 1, "d": 1, "e": 1, "z": 0}
+    assert [p.seq for p in pairs_holding(cycle, {"b"})] == [1, 2]
+    assert [p.seq for p in pairs_holding(cycle, cycle.commits)] == [1, 2, 3]
+    assert [p.seq for p in pairs_holding(cycle, ["c", "z"])] == [3]
+
+
+def test_a_part_naming_every_commit_is_the_cycle_itself(tmp_path: Path) -> None:
+    cycle = _cycle(tmp_path)
+    whole, _ = narrowed(cycle, {}, ["c", "a", "b"])
+    assert whole is cycle
+    part, _ = narrowed(cycle, {}, ["c", "a"])
+    assert part is not cycle and set(part.commits) == {"a", "c"}
