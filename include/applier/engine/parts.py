@@ -116,20 +116,16 @@ def txn_shapes(
     per transaction when they were summed in Python, and an Arrow group-by of
     its 600,000 counts took 100 MiB more for a moment.
     """
-    counts = cycle.counts
-    names = {t for rows in counts for t in pc.unique(rows["table"]).to_pylist()}
-    names.update(t for txn in taken.values() for t in txn.tables)
+    counts = cycle.all_counts()
+    names = set(pc.unique(counts["table"]).to_pylist()) | {t for txn in taken.values() for t in txn.tables}
     entry = {name: row_entry_bytes(DEFAULT_LAYOUT, _row_size(name, cycle, tables)) for name in sorted(names)}
     header = DEFAULT_LAYOUT.transaction_header
     rows_at, bytes_at = np.zeros(len(order), np.int64), np.zeros(len(order), np.int64)
-    positions = pa.array(order, pa.string())
-    for rows in counts:
-        at = pc.index_in(rows["xid"], positions.cast(rows["xid"].type))
-        mine = pc.is_valid(at)
-        where = at.filter(mine).to_numpy()
-        n = rows["rows"].filter(mine).to_numpy()
-        np.add.at(rows_at, where, n)
-        np.add.at(bytes_at, where, n * looked_up(rows["table"].filter(mine), entry).to_numpy())
+    at = pc.index_in(counts["xid"], pa.array(order, counts["xid"].type))
+    mine = pc.is_valid(at)
+    where, n = at.filter(mine).to_numpy(), counts["rows"].filter(mine).to_numpy()
+    np.add.at(rows_at, where, n)
+    np.add.at(bytes_at, where, n * looked_up(counts["table"].filter(mine), entry).to_numpy())
     commands, cdb_bytes = rows_at.tolist(), (bytes_at + header).tolist()
     position = {xid: i for i, xid in enumerate(order) if xid in taken}
     in_cycle = _table_rows(cycle, position)
@@ -151,12 +147,11 @@ def _table_rows(cycle: CycleInput, xids: Collection[str]) -> dict[str, dict[str,
     found: dict[str, dict[str, float]] = {}
     if not xids:
         return found
-    wanted = pa.array(list(xids), pa.string())
-    for rows in cycle.counts:
-        mine = rows.filter(pc.is_in(rows["xid"], wanted.cast(rows["xid"].type)))
-        for xid, table, n in zip(*(mine[c].to_pylist() for c in ("xid", "table", "rows")), strict=True):
-            tables = found.setdefault(xid, {})
-            tables[table] = tables.get(table, 0) + n
+    counts = cycle.all_counts()
+    mine = counts.filter(pc.is_in(counts["xid"], pa.array(list(xids), counts["xid"].type)))
+    for xid, table, n in zip(*(mine[c].to_pylist() for c in ("xid", "table", "rows")), strict=True):
+        tables = found.setdefault(xid, {})
+        tables[table] = tables.get(table, 0) + n
     return found
 
 

@@ -25,6 +25,7 @@ transaction not applied or passed, re-applying the part under way first.
 
 from __future__ import annotations
 
+import bisect
 import functools
 import logging
 from collections.abc import Callable, Mapping, Sequence
@@ -64,7 +65,8 @@ class CycleParts:
     Args:
         cycle_id: the cycle.
         order: its committed transactions in commit order (:func:`commit_order`).
-        shapes: what grouping needs of each of them (commands, estimated size, truncates).
+        shapes: what grouping needs of each of them (commands, estimated size,
+            truncates), in the same order.
         apply_part: compiles and applies the transactions of a part in one
             target commit (transient errors already retried); raises
             :class:`TargetError` leaving nothing of it.
@@ -111,12 +113,13 @@ class CycleParts:
     changed: Changed = field(default_factory=dict)
     groups: list[dict[str, object]] = field(default_factory=list)
     passed: list[dict[str, object]] = field(default_factory=list)
-    _index: dict[str, int] = field(default_factory=dict)
-    _shapes: dict[str, TxnShape] = field(default_factory=dict)
+    _lsns: list[int] = field(default_factory=list)
 
     def __post_init__(self) -> None:
-        self._index = {xid: i for i, xid in enumerate(self.order)}
-        self._shapes = {t.xid: t for t in self.shapes}
+        if len(self.shapes) != len(self.order) or any(t.xid != x for t, x in zip(self.shapes, self.order, strict=True)):
+            raise ValueError("the shapes are not those of the cycle's transactions, in commit order")
+        # A transaction's place in the cycle, by its commit lsn (commit order): no map from every xid.
+        self._lsns = [t.commit_lsn for t in self.shapes]
 
     def apply_from(self, through: int, part_end: int, changed: Changed | None = None) -> Changed:
         """Apply the transactions from ``through`` on: first the part under way up to ``part_end``, if any.
@@ -148,7 +151,7 @@ class CycleParts:
         if part_end:
             self._run(self._range(through, part_end), self._apply)
             through = part_end
-        groups = form_groups([self._shapes[x] for x in self.order[through:]], self.limits)
+        groups = form_groups(self.shapes[through:], self.limits)
         if len(groups) == 1 and groups[0].compiled:
             self._run(groups[0], self._apply)
             return self.changed
@@ -183,7 +186,7 @@ class CycleParts:
         return True
 
     def _range(self, start: int, end: int) -> Group:
-        return Group(tuple(self._shapes[xid] for xid in self.order[start:end]))
+        return Group(tuple(self.shapes[start:end]))
 
     def _run(self, group: Group, first: Callable[[Group], None]) -> None:
         """Apply ``group`` by ``first``; if the target refuses it, narrow it down (or settle its one transaction)."""
@@ -225,7 +228,11 @@ class CycleParts:
         return not error.transient and (self.splits or error.nothing_applied)
 
     def _part(self, group: Group) -> Part:
-        return Part(self._index[group.txns[0].xid], self._index[group.txns[-1].xid] + 1, len(self.order))
+        return Part(self._place(group.txns[0]), self._place(group.txns[-1]) + 1, len(self.order))
+
+    def _place(self, txn: TxnShape) -> int:
+        """The index of ``txn`` in the cycle's commit order."""
+        return bisect.bisect_left(self._lsns, txn.commit_lsn)
 
     def _apply(self, group: Group, holder: Any = None) -> None:
         """Apply ``group`` as one part: compiled now, or from ``holder`` (compiled with the other groups)."""
@@ -270,7 +277,7 @@ class CycleParts:
 
     def _stop(self, xid: str, error: Exception) -> TransactionStoppedError:
         assert isinstance(error, TargetError)
-        before = self._index[xid]
+        before = next(i for i, t in enumerate(self.shapes) if t.xid == xid)  # once, as the run stops
         return TransactionStoppedError(
             f"cycle {self.cycle_id}: {self.describe(xid)} was refused, and errors.actions.{error.error_class} is "
             f"{self.errors.action(error.error_class)}: {error}. The cycle's {before} transactions before it are "
