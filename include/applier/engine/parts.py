@@ -23,7 +23,7 @@ from applier.config import Config
 from applier.engine.buffers import BufferedTxn
 from applier.engine.checkpoint import Intent
 from applier.engine.compile_local import PairCache
-from applier.engine.groups import GroupLimits, TxnShape
+from applier.engine.groups import GroupLimits, TxnShape, estimate_cdb_bytes
 from applier.engine.reading import CycleInput
 from applier.engine.report import CycleReport
 from applier.engine.retry import RetryPolicy
@@ -118,7 +118,8 @@ def txn_shapes(
     """
     counts = cycle.all_counts()
     names = set(pc.unique(counts["table"]).to_pylist()) | {t for txn in taken.values() for t in txn.tables}
-    entry = {name: row_entry_bytes(DEFAULT_LAYOUT, _row_size(name, cycle, tables)) for name in sorted(names)}
+    sizes = {name: _row_size(name, cycle, tables) for name in sorted(names)}
+    entry = {name: row_entry_bytes(DEFAULT_LAYOUT, size) for name, size in sizes.items()}
     header = DEFAULT_LAYOUT.transaction_header
     rows_at, bytes_at = np.zeros(len(order), np.int64), np.zeros(len(order), np.int64)
     at = pc.index_in(counts["xid"], pa.array(order, counts["xid"].type))
@@ -130,11 +131,11 @@ def txn_shapes(
     position = {xid: i for i, xid in enumerate(order) if xid in taken}
     in_cycle = _table_rows(cycle, position)
     for xid, i in position.items():  # a buffered transaction's rows, rounded per table
-        txn, mine = taken[xid], in_cycle.get(xid, {})
+        txn, shares = taken[xid], in_cycle.get(xid, {})
         for table in txn.tables:
-            mine[table] = mine.get(table, 0) + txn.rows / len(txn.tables)
+            shares[table] = shares.get(table, 0) + txn.rows / len(txn.tables)
         commands[i] += txn.rows
-        cdb_bytes[i] = header + sum(round(n) * entry[table] for table, n in mine.items())
+        cdb_bytes[i] = estimate_cdb_bytes({table: round(n) for table, n in shares.items()}, sizes)
     truncating = {xid for xid, _ in cycle.truncates} | {x for x, t in taken.items() if t.truncates}
     return [
         TxnShape(xid, cycle.commits[xid], n, size, xid in truncating)
@@ -147,8 +148,7 @@ def _table_rows(cycle: CycleInput, xids: Collection[str]) -> dict[str, dict[str,
     found: dict[str, dict[str, float]] = {}
     if not xids:
         return found
-    counts = cycle.all_counts()
-    mine = counts.filter(pc.is_in(counts["xid"], pa.array(list(xids), counts["xid"].type)))
+    mine = cycle.counts_of(xids)
     for xid, table, n in zip(*(mine[c].to_pylist() for c in ("xid", "table", "rows")), strict=True):
         tables = found.setdefault(xid, {})
         tables[table] = tables.get(table, 0) + n

@@ -122,7 +122,7 @@ class CycleInput:
 
     def rows_of(self, xids: Collection[str]) -> int:
         """Rows of the transactions ``xids`` in these pairs."""
-        return pc.sum(self._counts_of(xids)["rows"]).as_py() or 0
+        return pc.sum(self.counts_of(xids)["rows"]).as_py() or 0
 
     def tables_by_group(self, groups: Sequence[Collection[str]]) -> list[set[str]]:
         """The tables that rows of each group of transactions change in these pairs (a group per list of xids).
@@ -144,7 +144,8 @@ class CycleInput:
             found[number].add(table)
         return found
 
-    def _counts_of(self, xids: Collection[str]) -> pa.Table:
+    def counts_of(self, xids: Collection[str]) -> pa.Table:
+        """The rows of :meth:`all_counts` of the transactions ``xids``."""
         counts = self.all_counts()
         return counts.filter(pc.is_in(counts["xid"], pa.array(list(xids), counts["xid"].type)))
 
