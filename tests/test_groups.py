@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import random
 from collections.abc import Sequence
 from types import MappingProxyType
 
@@ -10,7 +11,7 @@ import pytest
 
 from applier.advise.arithmetic import LAYOUT_64, expanded_row_size
 from applier.config import ErrorsConfig
-from applier.engine.groups import LOG_ORDER, Group, GroupLimits, TxnShape, estimate_cdb_bytes, form_groups
+from applier.engine.groups import LOG_ORDER, Group, GroupLimits, Shapes, TxnShape, estimate_cdb_bytes, form_groups
 from applier.engine.split import RetryOutcome, attempt_bound, enhanced_retry, split_group
 from applier.engine.units import Changed, CycleParts
 from applier.errors import TargetError
@@ -75,6 +76,49 @@ def test_the_documents_two_table_example_scaled_down() -> None:
 def test_with_compile_off_every_transaction_goes_alone_in_log_order() -> None:
     groups = form_groups([txn(1), txn(2)], GroupLimits(compile=False))
     assert shape(groups) == [(LOG_ORDER, ["x1"]), (LOG_ORDER, ["x2"])]
+
+
+def _groups_one_by_one(txns: list[TxnShape], limits: GroupLimits) -> list[tuple[str, list[str]]]:
+    """The grouping rule walked transaction by transaction, as the issue states it (the reference)."""
+    groups: list[tuple[str, list[str]]] = []
+    current: list[TxnShape] = []
+    for t in txns:
+        alone = not limits.compile or t.truncates or t.commands > limits.max_cmds or t.cdb_bytes > limits.cdb_max_bytes
+        if alone or (
+            current
+            and (
+                sum(c.commands for c in current) + t.commands > limits.max_cmds
+                or sum(c.cdb_bytes for c in current) + t.cdb_bytes > limits.cdb_max_bytes
+            )
+        ):
+            groups += [("compiled", [c.xid for c in current])] if current else []
+            current = []
+        if alone:
+            groups.append((LOG_ORDER, [t.xid]))
+        else:
+            current.append(t)
+    return groups + ([("compiled", [c.xid for c in current])] if current else [])
+
+
+def test_groups_found_by_bisecting_running_sums_are_those_of_the_walk() -> None:
+    """form_groups over columns (Shapes) against the rule walked one transaction at a time, on random cycles."""
+    rng = random.Random(7)
+    for _ in range(300):
+        n = rng.randint(0, 60)
+        txns = [
+            TxnShape(f"x{i}", 10 * i, rng.choice([0, 1, 5, 20, 49, 50, 51]), rng.choice([300, 900, 2_000, 2_600]),
+                     rng.random() < 0.05)
+            for i in range(n)
+        ]  # fmt: skip
+        limits = GroupLimits(rng.random() > 0.05, rng.choice([50, 100]), rng.choice([2_500, 5_000]))
+        shapes = Shapes.of(txns)
+        groups = form_groups(shapes, limits)
+        assert shape(groups) == _groups_one_by_one(txns, limits)
+        assert [t for g in groups for t in g.txns] == txns
+        assert [g.commands for g in groups] == [sum(t.commands for t in g.txns) for g in groups]
+        if n > 3:  # a slice is a view that answers as the transactions it holds
+            part = shapes[1:-1]
+            assert len(part) == n - 2 and part == txns[1:-1] and part[-1] == txns[-2] and part.xid_list()[0] == "x1"
 
 
 def test_a_group_splits_into_near_equal_parts_in_order() -> None:

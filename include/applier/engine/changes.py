@@ -257,11 +257,13 @@ def split_keyed(
     net_op = result.column(0)
     data = pa.Table.from_arrays(result.columns[1:], names=schema.names)
     is_delete = pc.equal(net_op, "D")
-    upserts = typed(data.filter(pc.invert(is_delete)), schema)
+    stats = {op: int(pc.sum(pc.equal(net_op, op)).as_py() or 0) for op in ("I", "U", "D")}
+    # No deletes (a first load, an insert-only cycle): the upserts are the rows as they are, not a filtered copy.
+    kept = data if not stats["D"] else data.filter(pc.invert(is_delete))
+    upserts = typed(kept, schema)
     key_schema = _key_schema(schema, primary_key)
     deletes = typed(data.filter(is_delete).select(list(primary_key)), key_schema)
-    stats = {op: int(pc.sum(pc.equal(net_op, op)).as_py() or 0) for op in ("I", "U", "D")}
-    new = pc.equal(net_op.filter(pc.invert(is_delete)), "I").combine_chunks()
+    new = pc.equal(net_op if not stats["D"] else net_op.filter(pc.invert(is_delete)), "I").combine_chunks()
     return upserts, deletes, stats, new
 
 

@@ -23,7 +23,7 @@ from applier.config import Config
 from applier.engine.buffers import BufferedTxn
 from applier.engine.checkpoint import Intent
 from applier.engine.compile_local import PairCache
-from applier.engine.groups import GroupLimits, TxnShape, estimate_cdb_bytes
+from applier.engine.groups import GroupLimits, Shapes, estimate_cdb_bytes
 from applier.engine.reading import CycleInput
 from applier.engine.report import CycleReport
 from applier.engine.retry import RetryPolicy
@@ -102,8 +102,8 @@ def cycle_parts(context: PartContext) -> CycleParts:
 
 def txn_shapes(
     cycle: CycleInput, taken: Mapping[str, BufferedTxn], tables: Mapping[str, TableDef], order: Sequence[str]
-) -> list[TxnShape]:
-    """What grouping needs of each committed transaction, in commit order.
+) -> Shapes:
+    """What grouping needs of each committed transaction, in commit order (columns, not an object each).
 
     Its commands are its rows (``T`` rows included); its net-change size is
     estimated by the queue arithmetic, each table's row at its fixed widths
@@ -127,7 +127,7 @@ def txn_shapes(
     where, n = at.filter(mine).to_numpy(), counts["rows"].filter(mine).to_numpy()
     np.add.at(rows_at, where, n)
     np.add.at(bytes_at, where, n * looked_up(counts["table"].filter(mine), entry).to_numpy())
-    commands, cdb_bytes = rows_at.tolist(), (bytes_at + header).tolist()
+    commands, cdb_bytes = rows_at, bytes_at + header
     position = {xid: i for i, xid in enumerate(order) if xid in taken}
     in_cycle = _table_rows(cycle, position)
     for xid, i in position.items():  # a buffered transaction's rows, rounded per table
@@ -137,10 +137,9 @@ def txn_shapes(
         commands[i] += txn.rows
         cdb_bytes[i] = estimate_cdb_bytes({table: round(n) for table, n in shares.items()}, sizes)
     truncating = {xid for xid, _ in cycle.truncates} | {x for x, t in taken.items() if t.truncates}
-    return [
-        TxnShape(xid, cycle.commits[xid], n, size, xid in truncating)
-        for xid, n, size in zip(order, commands, cdb_bytes, strict=True)
-    ]
+    truncates = np.fromiter((xid in truncating for xid in order), np.bool_, len(order))
+    commit_lsns = np.fromiter((cycle.commits[xid] for xid in order), np.int64, len(order))
+    return Shapes(order, commit_lsns, commands, cdb_bytes, truncates)
 
 
 def _table_rows(cycle: CycleInput, xids: Collection[str]) -> dict[str, dict[str, float]]:

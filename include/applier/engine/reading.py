@@ -62,7 +62,8 @@ class CycleInput:
         rollbacks: xids rolled back in these pairs.
         rows_read: rows in the accepted pairs.
         refused: the error of the pair that cut the cycle short, if any.
-        xids_by_seq: for each pair, the xids that have rows in it.
+        xids_by_seq: for each pair, the xids that have rows in it (a tuple: a set
+            of every xid of 392,000 transactions weighed 24 MiB more).
         begun_at: xid -> source time (``ts``) of the begin of each transaction begun
             in these pairs and still open after them (what ``applier status`` shows).
         truncates: ``(xid, (table, lsn))`` of every ``T`` row in these pairs.
@@ -85,7 +86,7 @@ class CycleInput:
     rollbacks: set[str] = field(default_factory=set)
     rows_read: int = 0
     refused: IntermediateFileError | None = None
-    xids_by_seq: dict[int, set[str]] = field(default_factory=dict)
+    xids_by_seq: dict[int, tuple[str, ...]] = field(default_factory=dict)
     begun_at: dict[str, str] = field(default_factory=dict)
     truncates: list[tuple[str, Truncate]] = field(default_factory=list)
     table_rows: Counter[str] = field(default_factory=Counter)
@@ -169,11 +170,11 @@ def _note_pair(into: CycleInput, pair: Pair) -> None:
     if pair.data.num_rows:
         counted = table_row_counts(pair.data)
         into.counts.append(counted)
-        into.xids_by_seq[pair.seq] = set(map(intern, pc.unique(counted["xid"]).to_pylist()))
+        into.xids_by_seq[pair.seq] = tuple(map(intern, pc.unique(counted["xid"]).to_pylist()))
         by_table = counted.group_by("table", use_threads=False).aggregate([("rows", "sum")])
         into.table_rows.update(dict(zip(by_table["table"].to_pylist(), by_table["rows_sum"].to_pylist(), strict=True)))
     else:
-        into.xids_by_seq[pair.seq] = set()
+        into.xids_by_seq[pair.seq] = ()
     into.truncates.extend(truncate_rows(pair.data))
     into.autocorrect.update(pair.autocorrect)
     events = pair.events
@@ -299,13 +300,7 @@ def check_in_driver(cycle: CycleInput) -> None:
 def pairs_holding(cycle: CycleInput, xids: Collection[str]) -> list[PairRef]:
     """The cycle's pairs that hold rows of any of ``xids`` (a set or a dict, or made one), in order."""
     wanted = xids if isinstance(xids, set | frozenset | dict) else set(xids)
-    return [ref for ref in cycle.pairs if _meet(cycle.xids_by_seq.get(ref.seq, set()), wanted)]
-
-
-def _meet(these: Collection[str], those: Collection[str]) -> bool:
-    """Whether two sets (or dicts) of xids share one, looking the smaller one's up in the larger (no copy)."""
-    small, large = (these, those) if len(these) <= len(those) else (those, these)
-    return any(xid in large for xid in small)
+    return [ref for ref in cycle.pairs if any(xid in wanted for xid in cycle.xids_by_seq.get(ref.seq, ()))]
 
 
 def spill_inputs(taken: Mapping[str, BufferedTxn], memory_file: Path | None) -> list[Path]:

@@ -156,7 +156,7 @@ def read_tasks(
     parts = -(-TASKS_PER_CORE * cores // max(1, len(pairs)))
     groups: list[tuple[ReadTask, ...]] = []
     for ref in pairs:
-        commits = commits_of(cycle.commits, cycle.xids_by_seq.get(ref.seq, set()))
+        commits = commits_of(cycle.commits, cycle.xids_by_seq.get(ref.seq, ()))
         cut = max(1, min(parts, ref.size // PART_BYTES))
         groups.extend((ReadTask(str(ref.dat_path), ref.seq, part, cut, commits),) for part in range(cut))
     # Spill files, one per spooled transaction (thousands when thousands were open), are read in a few groups.

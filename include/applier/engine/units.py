@@ -25,15 +25,16 @@ transaction not applied or passed, re-applying the part under way first.
 
 from __future__ import annotations
 
-import bisect
 import functools
 import logging
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
+
 from applier.config import ErrorsConfig
-from applier.engine.groups import LOG_ORDER, Group, GroupLimits, TxnShape, form_groups
+from applier.engine.groups import LOG_ORDER, Group, GroupLimits, Shapes, TxnShape, form_groups, shapes_of
 from applier.engine.split import enhanced_retry
 from applier.errors import TargetError, TransactionStoppedError
 from applier.targets import Part
@@ -113,13 +114,13 @@ class CycleParts:
     changed: Changed = field(default_factory=dict)
     groups: list[dict[str, object]] = field(default_factory=list)
     passed: list[dict[str, object]] = field(default_factory=list)
-    _lsns: list[int] = field(default_factory=list)
+    _shapes: Shapes = field(init=False)
 
     def __post_init__(self) -> None:
-        if len(self.shapes) != len(self.order) or any(t.xid != x for t, x in zip(self.shapes, self.order, strict=True)):
+        self._shapes = shapes_of(self.shapes)
+        xids = self._shapes.xids
+        if xids is not self.order and (len(xids) != len(self.order) or list(xids) != list(self.order)):
             raise ValueError("the shapes are not those of the cycle's transactions, in commit order")
-        # A transaction's place in the cycle, by its commit lsn (commit order): no map from every xid.
-        self._lsns = [t.commit_lsn for t in self.shapes]
 
     def apply_from(self, through: int, part_end: int, changed: Changed | None = None) -> Changed:
         """Apply the transactions from ``through`` on: first the part under way up to ``part_end``, if any.
@@ -151,14 +152,14 @@ class CycleParts:
         if part_end:
             self._run(self._range(through, part_end), self._apply)
             through = part_end
-        groups = form_groups(self.shapes[through:], self.limits)
+        groups = form_groups(self._shapes[through:], self.limits)
         if len(groups) == 1 and groups[0].compiled:
             self._run(groups[0], self._apply)
             return self.changed
         if self.together and len(groups) > 1 and self._together(groups):
             return self.changed
         compiled = [g for g in groups if g.compiled]
-        made = self.compile_groups([[t.xid for t in g.txns] for g in compiled]) if compiled else []
+        made = self.compile_groups([g.xids for g in compiled]) if compiled else []
         holders = dict(zip(map(id, compiled), made, strict=True)) if made else {}  # none: no rows to read
         try:
             for group in groups:
@@ -170,7 +171,7 @@ class CycleParts:
 
     def _together(self, groups: Sequence[Group]) -> bool:
         """Apply ``groups`` as one compiled part; False when the target refused it with nothing applied."""
-        whole = Group(tuple(t for g in groups for t in g.txns))
+        whole = self._range(self._place(groups[0].txns[0]), self._place(groups[-1].txns[-1]) + 1)  # runs in order
         try:
             self._apply(whole)
         except TargetError as e:
@@ -186,7 +187,7 @@ class CycleParts:
         return True
 
     def _range(self, start: int, end: int) -> Group:
-        return Group(tuple(self.shapes[start:end]))
+        return Group(self._shapes[start:end])
 
     def _run(self, group: Group, first: Callable[[Group], None]) -> None:
         """Apply ``group`` by ``first``; if the target refuses it, narrow it down (or settle its one transaction)."""
@@ -231,8 +232,8 @@ class CycleParts:
         return Part(self._place(group.txns[0]), self._place(group.txns[-1]) + 1, len(self.order))
 
     def _place(self, txn: TxnShape) -> int:
-        """The index of ``txn`` in the cycle's commit order."""
-        return bisect.bisect_left(self._lsns, txn.commit_lsn)
+        """The index of ``txn`` in the cycle's commit order (by its commit lsn: no map from every xid)."""
+        return int(np.searchsorted(self._shapes.column("commit_lsn"), txn.commit_lsn))
 
     def _apply(self, group: Group, holder: Any = None) -> None:
         """Apply ``group`` as one part: compiled now, or from ``holder`` (compiled with the other groups)."""
@@ -241,7 +242,7 @@ class CycleParts:
         if holder is None and not group.compiled and self.apply_log_order is not None:
             changed = self.apply_log_order(part, group.txns[0].xid)
         elif holder is None:
-            changed = self.apply_part(part, [t.xid for t in group.txns])
+            changed = self.apply_part(part, group.xids)
         else:
             changed = self.apply_compiled(part, holder)
         self.changed = then(self.changed, changed)
@@ -277,7 +278,7 @@ class CycleParts:
 
     def _stop(self, xid: str, error: Exception) -> TransactionStoppedError:
         assert isinstance(error, TargetError)
-        before = next(i for i, t in enumerate(self.shapes) if t.xid == xid)  # once, as the run stops
+        before = list(self.order).index(xid)  # once, as the run stops
         return TransactionStoppedError(
             f"cycle {self.cycle_id}: {self.describe(xid)} was refused, and errors.actions.{error.error_class} is "
             f"{self.errors.action(error.error_class)}: {error}. The cycle's {before} transactions before it are "
