@@ -14,10 +14,14 @@ import argparse
 import logging
 import sys
 
-from applier.config import load_config
-from applier.engine.api import configure_logging, run_applier
-from applier.errors import PERMANENT_LINE, ApplierError, TargetError
-from applier.exits import error_line, report_unexpected
+from applier.engine.driver_memory import choose_system_pool
+
+choose_system_pool()  # the driver's Arrow pool, chosen before anything below loads pyarrow
+
+from applier.config import load_config  # noqa: E402
+from applier.engine.api import configure_logging, run_applier  # noqa: E402
+from applier.errors import PERMANENT_LINE, ApplierError, TargetError  # noqa: E402
+from applier.exits import error_line, report_unexpected  # noqa: E402
 
 
 def main(argv: list[str] | None = None) -> int:

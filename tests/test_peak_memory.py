@@ -56,3 +56,29 @@ def test_each_cycle_reports_its_own_peak_after_the_mark_is_restarted(tmp_path: P
     assert spiked >= 300, "the spike is the first cycle's peak"
     assert after < spiked - 250, f"the next cycle's peak starts from what is resident now, not the spike: {after}"
     reset_peak_rss(tmp_path / "no-such-dir" / "clear_refs")  # where /proc is not there: nothing, no error
+
+
+POOL_CHILD = """
+import os, sys
+from applier.engine.driver_memory import choose_system_pool
+chose = choose_system_pool()
+import pyarrow as pa, pyarrow.parquet as pq
+table = pa.table({"xid": [str(i % 97) for i in range(50_000)], "n": list(range(50_000))})
+pq.write_table(table, sys.argv[1], row_group_size=5_000)
+batches = list(pq.ParquetFile(sys.argv[1]).iter_batches(batch_size=5_000))
+counted = pa.Table.from_batches(batches).group_by("xid").aggregate([("n", "sum")])
+print(chose, choose_system_pool(), pa.default_memory_pool().backend_name, os.environ.get("ARROW_DEFAULT_MEMORY_POOL"),
+      pa.mimalloc_memory_pool().bytes_allocated() if "mimalloc" in pa.supported_memory_backends() else 0, len(batches))
+"""
+
+
+def test_a_runs_entry_point_gives_pyarrow_the_system_pool_for_parquet_batches_and_group_bys(tmp_path: Path) -> None:
+    """set_memory_pool alone leaves Parquet's batch reader and Acero on pyarrow's C++ default (mimalloc) pool."""
+    env = {k: v for k, v in os.environ.items() if k != "ARROW_DEFAULT_MEMORY_POOL"}
+    done = subprocess.run(
+        [sys.executable, "-c", POOL_CHILD, str(tmp_path / "rows.parquet")], env=env, capture_output=True, text=True
+    )
+    assert done.returncode == 0, done.stderr
+    chose, again, backend, variable, mimalloc_bytes, batches = done.stdout.split()
+    assert (chose, again, backend, variable, batches) == ("True", "False", "system", "None", "10")
+    assert int(mimalloc_bytes) == 0, "the batch reader or the group-by allocated from mimalloc"

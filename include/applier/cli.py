@@ -205,6 +205,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     except SystemExit:  # --help, --version or a usage error: argparse printed and exits
         flush_stdout()
         raise
+    if args.command == "run":
+        from applier.engine.driver_memory import choose_system_pool
+
+        choose_system_pool()  # before anything loads pyarrow
     from applier import commands  # deferred: keeps --help fast
 
     handlers = {
