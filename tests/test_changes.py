@@ -5,7 +5,7 @@ from __future__ import annotations
 import pyarrow as pa
 import pytest
 
-from applier.engine.changes import repeated_keys
+from applier.engine.changes import COUNT_COLUMN, expand_copies, repeated_keys
 
 
 @pytest.mark.parametrize(
@@ -27,3 +27,13 @@ def test_repeated_keys_of_a_composite_key_compare_every_key_column() -> None:
     rows = pa.table({"a": [1, 1, 2, 2, 1], "b": ["x", "y", "x", "x", "x"], "v": [0, 1, 2, 3, 4]})
     assert repeated_keys(rows, ("a", "b")) == 2  # (1, x) twice, (2, x) twice
     assert repeated_keys(rows, ("a", "b", "v")) == 0
+
+
+def test_copies_expand_by_their_counts_and_single_copies_are_the_rows_themselves() -> None:
+    schema = pa.schema([pa.field("v", pa.string()), pa.field("n", pa.int64())])
+    counted = pa.table({"v": ["a", "b", "c"], "n": [1, 2, 3], COUNT_COLUMN: pa.array([2, 0, 1], pa.int64())})
+    assert expand_copies(counted, schema).to_pylist() == [{"v": "a", "n": 1}, {"v": "a", "n": 1}, {"v": "c", "n": 3}]
+    once = pa.table({"v": ["a", "b"], "n": [1, 2], COUNT_COLUMN: pa.array([1, 1], pa.int64())})
+    rows = expand_copies(once, schema)
+    assert rows.to_pylist() == [{"v": "a", "n": 1}, {"v": "b", "n": 2}] and rows.column_names == ["v", "n"]
+    assert rows.column("v").chunks[0].buffers()[2].address == once.column("v").chunks[0].buffers()[2].address

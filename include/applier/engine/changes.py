@@ -147,6 +147,8 @@ def expand_copies(counted: pa.Table, schema: pa.Schema) -> pa.Table:
         The copies, typed as ``schema``.
     """
     counts = counted.column(COUNT_COLUMN).to_numpy()
+    if (counts == 1).all():  # one copy each, as a first load's rows: the rows as they are, not a copy
+        return typed(counted, schema)
     return typed(counted, schema).take(pa.array(np.repeat(np.arange(len(counts)), counts)))
 
 

@@ -106,8 +106,11 @@ def apply_counted(
     name = changes.table.name
     schema = arrow_schema(changes.table)
     count = changes.counted.column(COUNT_COLUMN)
-    inserts = expand_copies(changes.counted.filter(pc.greater(count, 0)), schema)
-    removals = changes.counted.filter(pc.less(count, 0))
+    removing = pc.less(count, 0)
+    # Without copies to delete the rows are the inserts as they are (a filter would copy them all).
+    adding = changes.counted if not pc.any(removing).as_py() else changes.counted.filter(pc.greater(count, 0))
+    inserts = expand_copies(adding, schema)
+    removals = changes.counted.filter(removing)
     if (changes.truncate or table is None) and removals.num_rows:
         settle({"delete": -int(pc.sum(removals.column(COUNT_COLUMN)).as_py())})  # nothing there to delete
     if table is None:
