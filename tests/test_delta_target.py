@@ -441,3 +441,23 @@ def test_parts_of_a_cycle_are_tagged_with_their_end_and_each_applies_once(tmp_pa
     assert target.apply_one(2, counted(events, [({"what": "c"}, 1)]), first) == (False, 2, {})
     assert sorted(r["what"] for r in rows_of(target, "app.events")) == ["a", "b"]
     assert target.committed_cycle("app.events") == 2 and target.applied_through(2) == 0
+
+
+def test_every_write_keeps_row_groups_within_the_bound_delta_rs_encodes_in_memory(tmp_path: Path) -> None:
+    """A cycle's changes to a table are written in row groups of at most ROW_GROUP_ROWS: created, merged, appended."""
+    from applier.targets.delta_write import ROW_GROUP_ROWS
+
+    events = table_def("app.events", [("id", "bigint", False), ("note", "string", True)])
+    items = table_def("app.items", [("id", "bigint", False), ("note", "string", True)], ("id",))
+    n = ROW_GROUP_ROWS + 1_000
+    target = DeltaTarget(tmp_path, APP)
+    target.apply(1, keyed(items, [{"id": i, "note": "a"} for i in range(n)]))  # created
+    target.apply(2, keyed(items, [{"id": i, "note": "b"} for i in range(n, 2 * n)], [{"id": 0}]))  # a MERGE
+    target.apply(3, counted(events, [({"id": i, "note": None}, 1) for i in range(n)]))  # created
+    target.apply(4, counted(events, [({"id": i, "note": "x"}, 1) for i in range(n)]))  # appended
+
+    for name in ("app.items", "app.events"):
+        files = DeltaTable(str(target.table_path(name))).file_uris()
+        groups = [pq.ParquetFile(f).metadata for f in files]
+        sizes = [m.row_group(i).num_rows for m in groups for i in range(m.num_row_groups)]
+        assert sum(sizes) == 2 * n - (name == "app.items") and max(sizes) <= ROW_GROUP_ROWS, (name, sizes)

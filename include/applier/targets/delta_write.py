@@ -16,12 +16,23 @@ from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
-from deltalake import CommitProperties, DeltaTable, write_deltalake
+from deltalake import CommitProperties, DeltaTable, WriterProperties, write_deltalake
 
 from applier.engine.changes import COUNT_COLUMN, TableChanges, arrow_schema, expand_copies, repeated_keys, typed
 from applier.errors import TargetError
 from applier.intermediate.schema import TableDef
 from applier.targets.delta_files import rewrite_copies
+
+ROW_GROUP_ROWS = 65_536
+"""Rows per Parquet row group of the data files written (delta-rs's own default is 1,048,576).
+
+delta-rs encodes a row group whole in memory before it writes it out, so a
+table's net changes of a cycle were encoded at once up to a million rows: on
+the 4x benchmark workload (560,000 net rows in six tables) the driver's peak,
+in its Delta writes, was 474 and 492 MiB with the default, 456 and 456 with
+row groups of 65,536 rows, in the same time.
+"""
+_WRITER = WriterProperties(max_row_group_size=ROW_GROUP_ROWS)
 
 Settle = Callable[[dict[str, int]], None]
 """Told a table's collisions per kind (:mod:`~applier.targets.collisions`); may raise to refuse them."""
@@ -34,7 +45,7 @@ def create(path: Path, name: str, rows: pa.Table, schema: pa.Schema, props: Comm
     table's schema is the one its first rows carry.
     """
     rows = pa.Table.from_arrays(rows.columns, schema=schema)
-    write_deltalake(str(path), rows, mode="error", name=name, commit_properties=props)
+    write_deltalake(str(path), rows, mode="error", name=name, commit_properties=props, writer_properties=_WRITER)
 
 
 def apply_keyed(
@@ -59,13 +70,13 @@ def apply_keyed(
         create(path, changes.table.name, upserts, schema, props)
         return
     if changes.truncate:
-        write_deltalake(str(path), upserts, mode="overwrite", commit_properties=props)
+        write_deltalake(str(path), upserts, mode="overwrite", commit_properties=props, writer_properties=_WRITER)
         return
     on = " AND ".join(f"t.{quote(k)} = s.{quote(k)}" for k in changes.table.primary_key)
     columns = {quote(c): f"s.{quote(c)}" for c in schema.names}
     is_delete = f"s.{quote(marker)}"
     metrics = (
-        table.merge(source, on, source_alias="s", target_alias="t", commit_properties=props)
+        table.merge(source, on, source_alias="s", target_alias="t", writer_properties=_WRITER, commit_properties=props)
         .when_matched_delete(is_delete)
         .when_matched_update(columns, f"NOT {is_delete}")
         .when_not_matched_insert(columns, f"NOT {is_delete}")
@@ -116,9 +127,9 @@ def apply_counted(
     if table is None:
         create(path, name, inserts, schema, props)
     elif changes.truncate:
-        write_deltalake(str(path), inserts, mode="overwrite", commit_properties=props)
+        write_deltalake(str(path), inserts, mode="overwrite", commit_properties=props, writer_properties=_WRITER)
     elif removals.num_rows == 0:
-        write_deltalake(str(path), inserts, mode="append", commit_properties=props)
+        write_deltalake(str(path), inserts, mode="append", commit_properties=props, writer_properties=_WRITER)
     else:
         rewrite_copies(table, path, name, schema, removals, inserts, props, lambda n: settle({"delete": n}))
 
