@@ -5,7 +5,7 @@ from __future__ import annotations
 import pyarrow as pa
 import pytest
 
-from applier.engine.changes import COUNT_COLUMN, expand_copies, repeated_keys
+from applier.engine.changes import COUNT_COLUMN, expand_copies, filtered, repeated_keys
 
 
 @pytest.mark.parametrize(
@@ -37,3 +37,12 @@ def test_copies_expand_by_their_counts_and_single_copies_are_the_rows_themselves
     rows = expand_copies(once, schema)
     assert rows.to_pylist() == [{"v": "a", "n": 1}, {"v": "b", "n": 2}] and rows.column_names == ["v", "n"]
     assert rows.column("v").chunks[0].buffers()[2].address == once.column("v").chunks[0].buffers()[2].address
+
+
+def test_a_filter_keeping_every_row_gives_the_rows_themselves_and_any_other_filters() -> None:
+    rows = pa.table({"v": ["a", "b", "c"]})
+    assert filtered(rows, pa.chunked_array([[True, True, True]])) is rows
+    column = rows.column("v")
+    assert filtered(column, pa.chunked_array([[True, True, True]])) is column
+    assert filtered(rows, pa.chunked_array([[True, False, True]])).column("v").to_pylist() == ["a", "c"]
+    assert filtered(rows, pa.chunked_array([[True, None, True]])).column("v").to_pylist() == ["a", "c"]  # null drops

@@ -15,12 +15,15 @@ import functools
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import TypeVar
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
 from applier.intermediate.schema import TableDef, decimal_precision_scale
+
+_Rows = TypeVar("_Rows", pa.Table, pa.ChunkedArray)
 
 COUNT_COLUMN = "__count"
 """The signed copy count of a row value in :attr:`TableChanges.counted`."""
@@ -134,6 +137,15 @@ def repeated_keys(rows: pa.Table, primary_key: Sequence[str]) -> int:
     keys = rows.select(list(primary_key)).rename_columns([f"k{i}" for i in range(len(primary_key))])
     groups = keys.group_by(keys.column_names, use_threads=False).aggregate([([], "count_all")])
     return int(pc.sum(pc.greater(groups.column("count_all"), 1)).as_py() or 0)
+
+
+def filtered(rows: _Rows, keep: pa.ChunkedArray) -> _Rows:
+    """``rows`` (a table or a column) where ``keep`` is true; ``rows`` themselves when it is true for every row.
+
+    Arrow's filter copies every kept row: a first load's or an insert-only
+    cycle's changes would be copied whole to drop nothing.
+    """
+    return rows if pc.all(keep, skip_nulls=False).as_py() else rows.filter(keep)
 
 
 def expand_copies(counted: pa.Table, schema: pa.Schema) -> pa.Table:
@@ -259,13 +271,12 @@ def split_keyed(
     net_op = result.column(0)
     data = pa.Table.from_arrays(result.columns[1:], names=schema.names)
     is_delete = pc.equal(net_op, "D")
-    stats = {op: int(pc.sum(pc.equal(net_op, op)).as_py() or 0) for op in ("I", "U", "D")}
-    # No deletes (a first load, an insert-only cycle): the upserts are the rows as they are, not a filtered copy.
-    kept = data if not stats["D"] else data.filter(pc.invert(is_delete))
-    upserts = typed(kept, schema)
+    upserted = pc.invert(is_delete)
+    upserts = typed(filtered(data, upserted), schema)
     key_schema = _key_schema(schema, primary_key)
     deletes = typed(data.filter(is_delete).select(list(primary_key)), key_schema)
-    new = pc.equal(net_op if not stats["D"] else net_op.filter(pc.invert(is_delete)), "I").combine_chunks()
+    stats = {op: int(pc.sum(pc.equal(net_op, op)).as_py() or 0) for op in ("I", "U", "D")}
+    new = pc.equal(filtered(net_op, upserted), "I").combine_chunks()
     return upserts, deletes, stats, new
 
 

@@ -278,7 +278,7 @@ class CycleParts:
 
     def _stop(self, xid: str, error: Exception) -> TransactionStoppedError:
         assert isinstance(error, TargetError)
-        before = list(self.order).index(xid)  # once, as the run stops
+        before = self.order.index(xid)  # once, as the run stops
         return TransactionStoppedError(
             f"cycle {self.cycle_id}: {self.describe(xid)} was refused, and errors.actions.{error.error_class} is "
             f"{self.errors.action(error.error_class)}: {error}. The cycle's {before} transactions before it are "

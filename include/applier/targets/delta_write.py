@@ -18,7 +18,15 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from deltalake import CommitProperties, DeltaTable, WriterProperties, write_deltalake
 
-from applier.engine.changes import COUNT_COLUMN, TableChanges, arrow_schema, expand_copies, repeated_keys, typed
+from applier.engine.changes import (
+    COUNT_COLUMN,
+    TableChanges,
+    arrow_schema,
+    expand_copies,
+    filtered,
+    repeated_keys,
+    typed,
+)
 from applier.errors import TargetError
 from applier.intermediate.schema import TableDef
 from applier.targets.delta_files import rewrite_copies
@@ -117,11 +125,8 @@ def apply_counted(
     name = changes.table.name
     schema = arrow_schema(changes.table)
     count = changes.counted.column(COUNT_COLUMN)
-    removing = pc.less(count, 0)
-    # Without copies to delete the rows are the inserts as they are (a filter would copy them all).
-    adding = changes.counted if not pc.any(removing).as_py() else changes.counted.filter(pc.greater(count, 0))
-    inserts = expand_copies(adding, schema)
-    removals = changes.counted.filter(removing)
+    inserts = expand_copies(filtered(changes.counted, pc.greater(count, 0)), schema)
+    removals = changes.counted.filter(pc.less(count, 0))
     if (changes.truncate or table is None) and removals.num_rows:
         settle({"delete": -int(pc.sum(removals.column(COUNT_COLUMN)).as_py())})  # nothing there to delete
     if table is None:
