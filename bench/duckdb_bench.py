@@ -39,6 +39,8 @@ from bench.measure import (
 )
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from bench.report import Add
     from bench.steps import Bench
 
@@ -88,8 +90,12 @@ def _reap_orphans(before: set[int]) -> float:
     return cpu
 
 
-def run_tree(cmd: list[str], log_path: Path, label: str) -> dict[str, Any]:
+def run_tree(
+    cmd: list[str], log_path: Path, label: str, on_start: Callable[[int], object] | None = None
+) -> dict[str, Any]:
     """Run ``cmd`` (output in ``log_path``): exit code, wall s, CPU s, peak summed VmRSS (MiB) of its tree, load.
+
+    ``on_start`` is called with the command's pid as soon as it runs.
 
     CPU seconds come from the kernel's accounting of each process when it is
     reaped (``wait4``), which includes the descendants it reaped itself. Some
@@ -108,6 +114,8 @@ def run_tree(cmd: list[str], log_path: Path, label: str) -> dict[str, Any]:
             started = time.perf_counter()
             proc = subprocess.Popen(cmd, cwd=REPO, env=spark_env(), stdout=log, stderr=subprocess.STDOUT)
             memory = TreeMemory(proc.pid)
+            if on_start is not None:
+                on_start(proc.pid)
             _, raw, usage = os.wait4(proc.pid, 0)  # not Popen.wait(): it would reap without the usage
             wall = time.perf_counter() - started
         proc.returncode = os.waitstatus_to_exitcode(raw)

@@ -20,6 +20,7 @@ The cluster is stopped at the end of the step, also when it fails.
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 import os
 import signal
@@ -34,8 +35,19 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
+
 from bench.duckdb_bench import run_tree
-from bench.measure import BenchError, progress, read_cycles, spark_env, summarize_cycles, tail, write_config
+from bench.measure import (
+    MIB,
+    BenchError,
+    progress,
+    read_cycles,
+    spark_env,
+    summarize_cycles,
+    tail,
+    write_config,
+)
 
 if TYPE_CHECKING:
     from bench.report import Add
@@ -93,21 +105,31 @@ def _is_worker_daemon(pid: int) -> bool:
         return False
 
 
-class ExecutorCpu:
-    """Samples the CPU seconds of every process under the worker daemons ``roots``, until :meth:`stop`."""
+class TreeCpu:
+    """Samples the CPU seconds of process trees every 0.2 s, until :meth:`stop`.
 
-    def __init__(self, roots: list[int]) -> None:
-        self.roots = set(roots)
+    ``series`` holds ``(time, CPU seconds)`` at each sample: every process seen
+    so far at the last figure seen for it. The roots themselves count when
+    ``with_roots`` (the driver), not otherwise (a worker daemon's own JVM is the
+    cluster's, not the run's). Worker daemon JVMs never count.
+    """
+
+    def __init__(self, roots: list[int], *, with_roots: bool) -> None:
+        self.roots, self.with_roots = set(roots), with_roots
         self.seen: dict[int, float] = {}
+        self.series: list[tuple[float, float]] = []
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._poll, daemon=True)
         self._thread.start()
 
-    def _under_roots(self) -> set[int]:
-        """Every process below the roots but the worker daemon JVMs (a root may be the JVM or a wrapper of it)."""
+    def add_root(self, pid: int) -> None:
+        self.roots = self.roots | {pid}
+
+    def _tree(self) -> set[int]:
         parents = _parents()
-        found: set[int] = set()
-        frontier = {pid for pid, parent in parents.items() if parent in self.roots}
+        roots = set(self.roots)
+        found: set[int] = roots & set(parents) if self.with_roots else set()
+        frontier = {pid for pid, parent in parents.items() if parent in roots}
         while frontier:
             found |= frontier
             frontier = {pid for pid, parent in parents.items() if parent in frontier and pid not in found}
@@ -115,16 +137,25 @@ class ExecutorCpu:
 
     def _poll(self) -> None:
         while not self._stop.wait(0.2):
-            for pid in self._under_roots():
+            for pid in self._tree():
                 cpu = _cpu_s(pid)
                 if cpu is not None:
                     self.seen[pid] = max(cpu, self.seen.get(pid, 0.0))
+            self.series.append((time.time(), sum(self.seen.values())))
 
     def stop(self) -> float:
         """Stop sampling; the CPU seconds of every process seen."""
         self._stop.set()
         self._thread.join()
         return sum(self.seen.values())
+
+    def between(self, start: float, end: float) -> float:
+        """CPU seconds spent from ``start`` to ``end`` (UNIX times), interpolated between samples."""
+        if not self.series:
+            return 0.0
+        times = [t for t, _ in self.series]
+        totals = [c for _, c in self.series]
+        return float(np.interp(end, times, totals) - np.interp(start, times, totals))
 
 
 @contextmanager
@@ -176,36 +207,76 @@ def standalone_cluster(folder: Path, workers: int) -> Iterator[tuple[str, list[i
                     proc.wait(timeout=30)
 
 
-def _run(b: Bench, name: str, key: str, master: str, workers: list[int]) -> dict[str, Any]:
-    settings = [s for s in b.delta(name, key) if not s.startswith("spark.master=")]
+def _run(b: Bench, name: str, key: str, master: str, workers: list[int], limit_mib: float = 0.0) -> dict[str, Any]:
+    settings = [s for s in b.delta(name, key, limit_mib) if not s.startswith("spark.master=")]
     settings += [f"spark.master={master}", "spark.conf.spark.executor.memory=1500m"]
     config = write_config(b.workdir / name / "config.yaml", settings)
-    executors = ExecutorCpu(workers)
+    executors, driver = TreeCpu(workers, with_roots=False), TreeCpu([], with_roots=True)
     try:
         cmd = [sys.executable, "-m", "applier.cli", "run", "--config", str(config)]
-        run = run_tree(cmd, b.workdir / name / "run.log", f"applier run {name}")
+        run = run_tree(cmd, b.workdir / name / "run.log", f"applier run {name}", on_start=driver.add_root)
     finally:
         executors_cpu = executors.stop()
+        driver.stop()
     if run["code"] != 0:
         raise BenchError(f"applier run ({name}) exited {run['code']}; log {b.workdir / name / 'run.log'}:\n"
                          f"{tail(b.workdir / name / 'run.log')}")  # fmt: skip
-    cycles = summarize_cycles(read_cycles(b.workdir / name / "output" / name / "cycles.jsonl"))
+    reports = read_cycles(b.workdir / name / "output" / name / "cycles.jsonl")
+    cycles = summarize_cycles(reports)
     share = run["cpu_s"] / (run["cpu_s"] + executors_cpu) if executors_cpu else 1.0
-    progress(f"{name}: driver CPU {run['cpu_s']:.1f} s, executors {executors_cpu:.1f} s: driver share {share:.0%}")
+    per_cycle = [_cycle_cpu(report, driver, executors) for report in reports]
+    later = ", ".join(f"{c['share']:.0%}" for c in per_cycle)
+    progress(f"{name}: driver CPU {run['cpu_s']:.1f} s, executors {executors_cpu:.1f} s: driver share {share:.0%}; "
+             f"per cycle {later}")  # fmt: skip
     keep = ("cycles", "rows_read", "committed", "cycle_seconds", "phases", "driver_peak_rss_mib")
-    return {**run, "executors_cpu_s": executors_cpu, "driver_share": share, **{k: cycles[k] for k in keep}}
+    return {
+        **run,
+        "executors_cpu_s": executors_cpu,
+        "driver_share": share,
+        "per_cycle_cpu": per_cycle,
+        **{k: cycles[k] for k in keep},
+    }
+
+
+def _cycle_cpu(report: dict[str, Any], driver: TreeCpu, executors: TreeCpu) -> dict[str, Any]:
+    """The driver's and the executors' CPU seconds from the cycle's start to its end (its report's times)."""
+    start = dt.datetime.fromisoformat(report["started_at"]).timestamp()
+    end = dt.datetime.fromisoformat(report["ended_at"]).timestamp()
+    mine, theirs = driver.between(start, end), executors.between(start, end)
+    return {
+        "cycle": report["cycle_id"],
+        "rows_read": report["rows_read"],
+        "seconds": end - start,
+        "driver_cpu_s": mine,
+        "executors_cpu_s": theirs,
+        "share": mine / (mine + theirs) if mine + theirs else 1.0,
+    }
+
+
+def steady_share(run: dict[str, Any]) -> float | None:
+    """The driver's share of the CPU over a run's cycles after the first (which starts the Spark application)."""
+    later = run["per_cycle_cpu"][1:]
+    mine = sum(c["driver_cpu_s"] for c in later)
+    total = mine + sum(c["executors_cpu_s"] for c in later)
+    return mine / total if total else None
 
 
 def step_scaleout(b: Bench) -> None:
-    """The narrow workload and a ``--scaleout-factor`` times larger one, each in one cycle on the cluster."""
+    """The narrow workload and a ``--scaleout-factor`` times larger one, each in one cycle on the cluster.
+
+    Then the larger one in ``--scaleout-factor`` cycles, each about the narrow
+    workload's size, in one application: its cycles after the first measure the
+    driver's share of a cycle's CPU once the application has started.
+    """
     keys = ("narrow", "narrow-x")
     for key in keys:
         b.workload(key)
+    limit_mib = round(b.r["workloads"]["narrow"]["bytes"] / MIB + 0.01, 2)  # cycles of the narrow one's size
     with standalone_cluster(b.workdir / "cluster", b.args.scaleout_workers) as (master, workers):
-        runs = {
-            key: _run(b, f"scaleout_{key.replace('-', '_')}", key, master, workers) for key in ("narrow", "narrow-x")
-        }
-    b.r["scaleout"] = {"workers": b.args.scaleout_workers, "factor": b.args.scaleout_factor, "runs": runs}
+        runs = {key: _run(b, f"scaleout_{key.replace('-', '_')}", key, master, workers) for key in keys}
+        runs["narrow-x-cycles"] = _run(b, "scaleout_narrow_x_cycles", "narrow-x", master, workers, limit_mib)
+    b.r["scaleout"] = {"workers": b.args.scaleout_workers, "factor": b.args.scaleout_factor, "runs": runs,
+                       "limit_mib": limit_mib}  # fmt: skip
 
 
 # ---------------------------------------------------------------------------
@@ -213,16 +284,25 @@ def step_scaleout(b: Bench) -> None:
 
 
 def goal_rows(r: dict[str, Any]) -> list[list[str]]:
-    """The driver's CPU share, and its peak memory at the two sizes."""
+    """The driver's CPU share per cycle, and its peak memory at the two sizes."""
     if "scaleout" not in r:
         return []
     s = r["scaleout"]
     small, large = s["runs"]["narrow"], s["runs"]["narrow-x"]
-    worst = max(small["driver_share"], large["driver_share"])
-    shares = f"**{small['driver_share']:.0%}** and **{large['driver_share']:.0%}**"
     goal = f"on a standalone cluster of {s['workers']} workers, the driver at most {GOAL_DRIVER_SHARE:.0%} of the CPU"
-    got = f"{shares} (1 cycle of {small['rows_read']:,} and of {large['rows_read']:,} changes)"
-    rows = [[goal, got, "**met**" if worst <= GOAL_DRIVER_SHARE else "**not met**"]]
+    goal += " seconds per cycle"
+    whole = f"whole runs of one cycle, the application's start included: {small['driver_share']:.0%} and "
+    whole += f"{large['driver_share']:.0%}"
+    cycled = s["runs"].get("narrow-x-cycles")
+    steady = steady_share(cycled) if cycled else None
+    if steady is None:  # a report of a run from before the step measured cycles
+        worst = max(small["driver_share"], large["driver_share"])
+        rows = [[goal, whole, "**met**" if worst <= GOAL_DRIVER_SHARE else "**not met**"]]
+    else:
+        n = len(cycled["per_cycle_cpu"])
+        got = f"**{steady:.0%}** in cycles 2-{n} of the {s['factor']}x workload in {n} cycles of one application "
+        got += f"({cycled['rows_read'] / n:,.0f} changes a cycle); {whole}"
+        rows = [[goal, got, "**met**" if steady <= GOAL_DRIVER_SHARE else "**not met**"]]
     ratio = large["peak_tree_mib"] / small["peak_tree_mib"]
     got = f"{small['peak_tree_mib']:,.0f} and {large['peak_tree_mib']:,.0f} MiB: **{ratio:.2f}x** for "
     got += f"{large['rows_read'] / small['rows_read']:.1f}x the changes"
@@ -232,7 +312,7 @@ def goal_rows(r: dict[str, Any]) -> list[list[str]]:
 
 
 def section(r: dict[str, Any], add: Add) -> None:
-    """Each scale-out run's figures."""
+    """Each scale-out run's figures, and each cycle's CPU."""
     from bench.report import para, table
 
     if "scaleout" not in r:
@@ -240,20 +320,30 @@ def section(r: dict[str, Any], add: Add) -> None:
     s = r["scaleout"]
     add(f"## Scale-out: a standalone cluster of {s['workers']} one-core workers (issue 16)")
     add("")
-    rows = []
+    rows, cycles = [], []
     for key, x in s["runs"].items():
-        rows.append(
-            [key, f"{x['rows_read']:,}", f"{x['wall_s']:.1f}", f"{x['cpu_s']:.1f}", f"{x['executors_cpu_s']:.1f}"]
-        )
-        rows[-1] += [f"{x['driver_share']:.0%}", f"{x['peak_tree_mib']:,.0f}", f"{x['driver_peak_rss_mib']:,.0f}"]
-        rows[-1].append(", ".join(f"{k} {v:.1f}" for k, v in x["phases"].items()))
-    head = ["workload", "changes", "wall s", "driver CPU s", "executors CPU s", "driver share", "driver tree peak MiB"]
-    head += ["Python driver peak MiB", "seconds per phase"]
-    table(add, head, rows, right=1)
+        rows.append([key, f"{x['cycles']}", f"{x['rows_read']:,}", f"{x['wall_s']:.1f}", f"{x['cpu_s']:.1f}"])
+        rows[-1] += [f"{x['executors_cpu_s']:.1f}", f"{x['driver_share']:.0%}", f"{x['peak_tree_mib']:,.0f}"]
+        rows[-1] += [f"{x['driver_peak_rss_mib']:,.0f}", ", ".join(f"{k} {v:.1f}" for k, v in x["phases"].items())]
+        for c in x.get("per_cycle_cpu", []):
+            cycles.append([key, f"{c['cycle']}", f"{c['rows_read']:,}", f"{c['seconds']:.1f}"])
+            cycles[-1] += [f"{c['driver_cpu_s']:.1f}", f"{c['executors_cpu_s']:.1f}", f"{c['share']:.0%}"]
+    head = ["workload", "cycles", "changes", "wall s", "driver CPU s", "executors CPU s", "driver share"]
+    head += ["driver tree peak MiB", "Python driver peak MiB", "seconds per phase"]
+    table(add, head, rows, right=1, text=9)
     para(
         add,
         "The driver's CPU is the `applier run` process tree (Python and the driver JVM, JVM start included), the ",
-        "executors' every process under the worker daemons (sampled every 0.2 s), so the share counts the whole run ",
-        "of one cycle. Intermediate files, spill files and the Delta target are on the one machine's disk, which ",
-        "the driver and executors share.",
+        "executors' every process under the worker daemons (sampled every 0.2 s), so the share counts the whole run. ",
+        f"`narrow-x-cycles` applies the {s['factor']}x workload in cycles of at most {s.get('limit_mib', 0):.2f} MiB ",
+        "of pairs in one application. Intermediate files, spill files and the Delta target are on the one machine's ",
+        "disk, which the driver and executors share.",
     )
+    if cycles:
+        para(
+            add,
+            "Each cycle, from its report's start to its end (both trees sampled every 0.2 s; the first cycle of a ",
+            "run starts the Spark application: the driver's JVM, the executors and their Python workers):",
+        )
+        head = ["run", "cycle", "changes", "wall s", "driver CPU s", "executors CPU s", "driver share"]
+        table(add, head, cycles, right=1)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 from pathlib import Path
 from typing import Any
@@ -47,6 +48,8 @@ def test_generated_workload_applied_equals_the_reference(
     reports = [json.loads(line) for line in (config.work_dir / "cycles.jsonl").read_text().splitlines()]
     assert [r["cycle_id"] for r in reports] == list(range(1, len(reports) + 1))
     assert sorted(s for r in reports for s in r["seqs"]) == list(range(1, workload.pairs + 1))
+    times = [dt.datetime.fromisoformat(t) for r in reports for t in (r["started_at"], r["ended_at"])]
+    assert times == sorted(times) and all(t.utcoffset() == dt.timedelta(0) for t in times)  # UTC, cycle after cycle
     if buffer <= 2048:
         assert any(r["spill_created"] for r in reports), "a tiny buffer must spill"
     if target_settings:  # PostgreSQL: tables load in batches of at most apply.threads connections

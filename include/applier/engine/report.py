@@ -23,7 +23,13 @@ log = logging.getLogger("applier")
 
 @dataclass
 class CycleReport:
-    """What one apply cycle did (``changes_total``: the rows read by every cycle of the file so far, this one too)."""
+    """What one apply cycle did.
+
+    ``changes_total``: the rows read by every cycle of the file so far, this one
+    too. ``started_at`` and ``ended_at``: when the cycle began reading its pairs
+    and when it was done, in UTC (ISO 8601), so an operator or a tool can line a
+    cycle up with what else ran on the machine then.
+    """
 
     cycle_id: int
     seqs: list[int]
@@ -50,6 +56,8 @@ class CycleReport:
     exceptions: list[dict[str, Any]] = field(default_factory=list)
     collisions: dict[str, dict[str, int]] = field(default_factory=dict)
     changes_total: int = 0
+    started_at: str = ""
+    ended_at: str = ""
 
     def add_net_rows(self, table: str, counts: dict[str, int]) -> None:
         """Add a part's rows per operation to ``table``'s (a cycle applied in parts adds each part's)."""

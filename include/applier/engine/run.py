@@ -20,6 +20,7 @@ backup): a backfill replay (:mod:`applier.engine.replay`) is the way back.
 
 from __future__ import annotations
 
+import datetime as dt
 import functools
 import logging
 import time
@@ -295,6 +296,7 @@ class Applier:
         report = CycleReport(cycle_id=cycle_id, seqs=[p.seq for p in cycle.pairs], bytes=cycle.bytes)
         report.driver_start_rss_mib = self.start_rss_mib
         report.seconds["read"] = round(cycle.read_seconds, 3)
+        report.started_at = (self.clock() - dt.timedelta(seconds=cycle.read_seconds)).isoformat()
         report.rows_read, report.committed, report.rolled_back = (
             cycle.rows_read,
             len(cycle.commits),
@@ -363,6 +365,7 @@ class Applier:
             (report.spill_created if kind == "created" else report.spill_removed).append({"file": name, "bytes": size})
         report.queue = self.queue.cycle_figures(reset=True)
         return_freed_memory()  # what the compile and the target's commits freed
+        report.ended_at = self.clock().isoformat()
         self._file_report(report)
         return checkpoint, report
 
