@@ -4,6 +4,7 @@ invalid ones apply pair 1, refuse pair 2 naming it, and continue once the input 
 from __future__ import annotations
 
 import json
+import logging
 import shutil
 import subprocess
 import sys
@@ -74,6 +75,22 @@ def test_an_invalid_folder_applies_pair_1_and_refuses_pair_2(
     assert refused.value.exit_code == 3 and refused.value.code == expected["what"]
     assert "000000000002" in str(refused.value)
     assert CheckpointStore(config.work_dir).load().applied_seq == expected["applied_through_seq"]
+    assert_tables_as_expected(config, expected)
+
+
+def test_a_wrong_digest_is_found_by_the_executor_reading_the_pair_and_refused_as_at_reading(
+    tmp_path: Path, spark: Any, target_settings: list[str], caplog: pytest.LogCaptureFixture
+) -> None:
+    # The driver reads the pairs without hashing them; the compile job's task reading pair 2 finds its digest wrong.
+    expected = json.loads((VECTORS / "invalid" / "sha-mismatch" / "expected.json").read_text())
+    config = make_config(tmp_path, _copy("sha-mismatch", "invalid", tmp_path), target_settings)
+    with caplog.at_level(logging.INFO, logger="applier"), pytest.raises(IntermediateFileError) as refused:
+        run(config, spark)
+    late = [r.getMessage() for r in caplog.records if "refused by Spark's image check" in r.getMessage()]
+    assert late and late[0].startswith("pair 2 refused") and "sha256 is " in late[0], late
+    assert refused.value.code == "sha-mismatch" and refused.value.exit_code == 3
+    assert "000000000002.dat" in str(refused.value) and "header says" in str(refused.value)
+    assert CheckpointStore(config.work_dir).load().applied_seq == expected["applied_through_seq"] == 1
     assert_tables_as_expected(config, expected)
 
 

@@ -11,6 +11,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
+from applier.engine.reading import read_cycle
 from applier.errors import IntermediateFileError
 from applier.intermediate.pairs import list_pairs
 from applier.intermediate.reader import read_pair
@@ -386,3 +387,57 @@ def test_pairs_carrying_different_tables_share_one_object_per_equal_definition()
     assert second["s.b"] is first["s.b"]
     assert second["s.c"] is not first["s.a"] and second["s.c"].name == "s.c"
     assert third["s.b"] != first["s.b"] and [c.name for c in third["s.b"].columns] == ["id", "d", "added"]
+
+
+def _wrong_digest(write: Callable[[Path], None]) -> Callable[[Path], None]:
+    """Pair 2 as ``write`` writes it, its header's ``dat_sha256`` then made wrong."""
+
+    def both(directory: Path) -> None:
+        write(directory)
+        trn = directory / "000000000002.trn"
+        header, *events = trn.read_text().splitlines()
+        trn.write_text("\n".join([json.dumps({**json.loads(header), "dat_sha256": "0" * 64}), *events]) + "\n")
+
+    return both
+
+
+@pytest.mark.parametrize(
+    ("defect", "code"),
+    [
+        (None, None),  # nothing else wrong: the caller checks the digest (the engine's executors)
+        (_insert({"id": "three", "owner": "cy", "balance": "3.00"}), "sha-mismatch"),  # an image
+        (_pair2(header_changes={"dat_rows": 5}), "sha-mismatch"),  # the header against the rows
+        (_pair2([], EVENTS_T3), "sha-mismatch"),  # no rows: checked at once, the file being small
+        (_pair2(events=[{**EVENTS_T3[0], "ts": "yesterday"}, EVENTS_T3[1]]), "event-invalid"),  # the .trn, read first
+    ],
+)
+def test_a_pair_read_without_its_digest_is_refused_in_the_words_of_a_pair_read_with_it(
+    tmp_path: Path, defect: Callable[[Path], None] | None, code: str | None
+) -> None:
+    good_first_pair(tmp_path)
+    _wrong_digest(defect or _pair2())(tmp_path)
+    _, second = list_pairs(tmp_path).pairs
+    with pytest.raises(IntermediateFileError) as checked:
+        read_pair(second)
+    assert checked.value.code == (code or "sha-mismatch")
+    if code is None:
+        assert read_pair(second, check_digest=False).data.num_rows == len(ROWS_T3)
+        return
+    with pytest.raises(IntermediateFileError) as deferred:
+        read_pair(second, check_digest=False)
+    assert (deferred.value.code, str(deferred.value)) == (checked.value.code, str(checked.value))
+
+
+def test_a_pair_the_stream_refuses_is_refused_for_its_wrong_digest_first(tmp_path: Path) -> None:
+    good_first_pair(tmp_path)
+    _wrong_digest(_insert({"id": 3, "owner": "cy", "balance": "3.00"}, xid="zz"))(tmp_path)  # a row without begin
+    refs = list(list_pairs(tmp_path).pairs)
+    for defer in (False, True):
+        cycle = read_cycle(refs, StreamValidator(), defer_images=defer)
+        assert [p.seq for p in cycle.pairs] == [1]
+        assert cycle.refused is not None and cycle.refused.code == "sha-mismatch"
+    assert read_cycle(refs[:1], StreamValidator(), defer_images=True).digests == {1: _header(tmp_path, 1)}
+
+
+def _header(directory: Path, seq: int) -> str:
+    return str(json.loads((directory / f"{seq:012d}.trn").read_text().splitlines()[0])["dat_sha256"])

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 from pathlib import Path
 from typing import Any
 
@@ -10,6 +11,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from applier.engine.buffers import BufferedTxn
+from applier.engine.compile import _REFUSED_TEXT
 from applier.engine.reading import CycleInput
 from applier.engine.sources import (
     BATCH_ROWS,
@@ -133,6 +135,28 @@ def test_each_pair_task_carries_only_its_own_transactions_commits(spark: Any, tm
         ("b", 20, 2),
         ("c", 30, 2),
     ]
+
+
+def test_the_first_part_of_a_checked_pair_checks_its_digest_before_reading_a_row(spark: Any, tmp_path: Path) -> None:
+    path = tmp_path / "000000000001.dat"
+    pq.write_table(_dat_rows(["a"]), path)
+    right = hashlib.sha256(path.read_bytes()).hexdigest()
+    ref = PairRef(1, path, path.with_suffix(".trn"), 64 * PART_BYTES)  # a large pair: cut into parts
+    cycle = CycleInput(pairs=[ref], commits={"a": 10}, xids_by_seq={1: ("a",)}, unchecked={1: {}}, digests={1: right})
+    checked = read_tasks(spark, cycle, {}, None, checks=True)
+    assert checked is not None and len(checked.tasks) > 1
+    assert [t.digest for (t,) in checked.tasks] == [right] + [""] * (len(checked.tasks) - 1)
+    unchecked = read_tasks(spark, cycle, {}, None)  # a job that checks nothing (a later one of the cycle)
+    assert unchecked is not None and {t.digest for (t,) in unchecked.tasks} == {""}
+    first = checked.tasks[0][0]
+    assert _read([first]) == _read([first._replace(digest="")]) != []  # the right digest: its part's rows
+
+    wrong = first._replace(digest="0" * 64)
+    with pytest.raises(RuntimeError) as refused:
+        _read([wrong])
+    found = _REFUSED_TEXT.search(str(refused.value))  # what the driver makes a late refusal of
+    assert found is not None and (found["seq"], found["code"]) == ("1", "sha-mismatch")
+    assert found["detail"] == f"sha256 is {right}, header says {'0' * 64}"
 
 
 def test_many_spill_files_are_read_in_a_few_spark_tasks(spark: Any, tmp_path: Path) -> None:

@@ -27,7 +27,12 @@ Checks = Mapping[int, Mapping[str, TableDef]]
 def refusal(seq: int, lsn: int, xid: str, table: str, problem: ImageProblem) -> RuntimeError:
     """The error an executor raises for a refused row: the reader's words, after :data:`REFUSED` and the pair."""
     where = f"row lsn {lsn} (xid {xid}, table {table})"
-    return RuntimeError(f"{REFUSED} seq={seq}: {where} {problem.detail} [{problem.code}]")
+    return pair_refusal(seq, f"{where} {problem.detail}", problem.code)
+
+
+def pair_refusal(seq: int, detail: str, code: str) -> RuntimeError:
+    """The error an executor raises for a refused pair (``detail``: the reader's words, ``code``: its code)."""
+    return RuntimeError(f"{REFUSED} seq={seq}: {detail} [{code}]")
 
 
 class PairRules:

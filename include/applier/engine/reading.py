@@ -8,7 +8,10 @@ Spark's executors read the ``.dat`` files themselves for the committed ones
 
 The row images, the costly part of the checks, are left to Spark's executors,
 which check them in the compile job as they decode them anyway
-(:attr:`CycleInput.unchecked`); a cycle that runs no compile job has them
+(:attr:`CycleInput.unchecked`), and so is the ``.dat``'s sha256, which each
+executor checks on the file it reads (:attr:`CycleInput.digests`: hashing every
+byte of every pair was a tenth of the driver's CPU in a cycle, on one core
+whatever the executors); a cycle that runs no compile job has them
 checked here (:func:`check_in_driver`). A refusal found that late comes as a
 :class:`~applier.errors.LateImageRefusal`: the run then re-reads from its
 checkpoint with the driver checking (``read_cycle(check_rows=True)``), so the
@@ -37,7 +40,7 @@ from applier.engine.checkpoint import Checkpoint
 from applier.engine.touches import Truncate, longest_images, table_row_counts, truncate_rows
 from applier.errors import GapError, IntermediateFileError, LateImageRefusal
 from applier.intermediate.pairs import DAT_COLUMNS, PairRef, list_pairs, pair_name
-from applier.intermediate.reader import Pair, read_pair
+from applier.intermediate.reader import Pair, check_dat_identity, read_pair
 from applier.intermediate.schema import TableDef
 from applier.intermediate.stream import StreamValidator, TableAdmission
 
@@ -78,6 +81,7 @@ class CycleInput:
         autocorrect: tables a nonatomic materialization copies in these pairs (``cdc.autocorrect``).
         unchecked: the pairs whose row images are still to be checked: seq -> the
             pair's table definitions (shared by :func:`~applier.engine.sparkapply.narrowed` parts).
+        digests: of those, seq -> the ``dat_sha256`` their ``.dat`` must have, checked with the images.
         read_seconds: how long reading and checking the pairs took.
     """
 
@@ -95,6 +99,7 @@ class CycleInput:
     commit_ends: list[tuple[int, int]] = field(default_factory=list)
     autocorrect: set[str] = field(default_factory=set)
     unchecked: dict[int, dict[str, TableDef]] = field(default_factory=dict)
+    digests: dict[int, str] = field(default_factory=dict)
     read_seconds: float = 0.0
 
     @property
@@ -260,8 +265,8 @@ def read_cycle(
             for ref in refs:
                 try:
                     checked = _checked_by_worker(checks.get(ref.seq))
-                    pair = read_pair(ref, check_rows=check_rows and not checked)
-                    validator.check(pair)
+                    pair = read_pair(ref, check_rows=check_rows and not checked, check_digest=not defer_images)
+                    _check_stream(validator, pair, digest_checked=not defer_images)
                 except IntermediateFileError as e:
                     result.refused = e
                     break
@@ -272,6 +277,7 @@ def read_cycle(
                     measured.append(measuring.submit(longest_images_in, ref.dat_path))
                 if defer_images and pair.data.num_rows:
                     result.unchecked[pair.seq] = dict(pair.tables)  # one object per definition already
+                    result.digests[pair.seq] = pair.header.dat_sha256
             for sizes in measured:
                 _note_images(result, sizes.result())
         finally:
@@ -280,6 +286,19 @@ def read_cycle(
             for sizes in measured:
                 sizes.cancel()
     return result
+
+
+def _check_stream(validator: StreamValidator, pair: Pair, *, digest_checked: bool) -> None:
+    """``validator.check(pair)``; a pair it refuses whose digest is unchecked has its digest checked first.
+
+    A pair with a wrong digest is refused for it whatever else is wrong with it, as when the digest is checked first.
+    """
+    try:
+        validator.check(pair)
+    except IntermediateFileError:
+        if not digest_checked and pair.data.num_rows:
+            check_dat_identity(pair.ref, pair.header)
+        raise
 
 
 def check_in_driver(cycle: CycleInput) -> None:
@@ -295,6 +314,7 @@ def check_in_driver(cycle: CycleInput) -> None:
             except IntermediateFileError as e:
                 raise LateImageRefusal(e.path, e.seq, e.code, e.detail) from e
     cycle.unchecked.clear()
+    cycle.digests.clear()
 
 
 def pairs_holding(cycle: CycleInput, xids: Collection[str]) -> list[PairRef]:

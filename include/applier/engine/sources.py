@@ -35,10 +35,12 @@ import pyarrow.parquet as pq
 from pyspark.sql import DataFrame
 
 from applier.engine.buffers import BufferedTxn
+from applier.engine.image_checks import pair_refusal
 from applier.engine.reading import CycleInput, pairs_holding, spill_inputs
 from applier.engine.spill import read_spill
 from applier.engine.worker_path import prepare_worker
 from applier.intermediate.pairs import DAT_COLUMNS
+from applier.intermediate.reader import DIGEST_MISMATCH, digest_mismatch
 
 BATCH_ROWS = 10_000
 """Rows per batch read from a file (Spark's own default for Arrow batches)."""
@@ -69,13 +71,16 @@ in 7 or 14 tasks.
 
 class ReadTask(NamedTuple):
     """A file to read, or a part of one: its pair's ``seq`` (None for a file of buffered rows), which
-    part of its rows (``part`` of ``parts``), and the commit lsn of the transactions it may hold."""
+    part of its rows (``part`` of ``parts``), and the commit lsn of the transactions it may hold.
+    ``digest``: the sha256 the whole file must have, checked before its rows are read (one part of a
+    pair whose images the job checks; empty: none to check)."""
 
     path: str
     seq: int | None
     part: int
     parts: int
     commits: pa.Table
+    digest: str = ""
 
 
 DAT_DDL = "lsn long, xid string, `table` string, op string, before string, after string"
@@ -145,7 +150,8 @@ def read_tasks(
     files of the committed transactions ``taken`` and ``memory_file`` (their
     rows that were still in memory). With ``checks``, they also read the
     pairs of :attr:`~applier.engine.reading.CycleInput.unchecked` and keep
-    every row of a pair.
+    every row of a pair, and the first part of each pair of
+    :attr:`~applier.engine.reading.CycleInput.digests` checks its digest.
     """
     holding = {p.seq for p in pairs_holding(cycle, cycle.commits)}
     pairs = [ref for ref in cycle.pairs if ref.seq in holding or (checks and ref.seq in cycle.unchecked)]
@@ -158,7 +164,10 @@ def read_tasks(
     for ref in pairs:
         commits = commits_of(cycle.commits, cycle.xids_by_seq.get(ref.seq, ()))
         cut = max(1, min(parts, ref.size // PART_BYTES))
-        groups.extend((ReadTask(str(ref.dat_path), ref.seq, part, cut, commits),) for part in range(cut))
+        digest = cycle.digests.get(ref.seq, "") if checks else ""
+        groups.extend(
+            (ReadTask(str(ref.dat_path), ref.seq, part, cut, commits, "" if part else digest),) for part in range(cut)
+        )
     # Spill files, one per spooled transaction (thousands when thousands were open), are read in a few groups.
     buffered = commits_of(cycle.commits, taken)
     spilled = [ReadTask(str(path), None, 0, 1, buffered) for path in spills]
@@ -191,6 +200,8 @@ def task_rows(
 
 
 def _task_rows(task: ReadTask, keep_all: bool) -> Iterator[pa.RecordBatch]:
+    if task.digest and task.seq is not None and (mismatch := digest_mismatch(task.path, task.digest)) is not None:
+        raise pair_refusal(task.seq, mismatch, DIGEST_MISMATCH)
     xids, lsns = task.commits.column("xid").combine_chunks(), task.commits.column("commit_lsn").combine_chunks()
     for rows in _coalesced(_file_batches(task.path, task.seq is not None, task.part, task.parts)):
         at = pc.index_in(rows.column("xid"), value_set=xids)

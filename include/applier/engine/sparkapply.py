@@ -233,6 +233,7 @@ def _compile_in_spark(
         checks=checks,
     )
     cycle.unchecked.clear()
+    cycle.digests.clear()
 
 
 def narrowed(

@@ -21,7 +21,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from applier.errors import CorruptPairError, InvalidChangeError
+from applier.errors import CorruptPairError, IntermediateFileError, InvalidChangeError
 from applier.intermediate.images import ImageProblem, all_match, check_images
 from applier.intermediate.pairs import (
     AUTOCORRECT_METADATA_KEY,
@@ -261,12 +261,23 @@ def _check_dat_size(ref: PairRef, header: Header) -> None:
         raise _corrupt(ref, ref.dat_path, "bytes-mismatch", f"file has {size} bytes, header says {header.dat_bytes}")
 
 
-def _check_dat_identity(ref: PairRef, header: Header) -> None:
+def check_dat_identity(ref: PairRef, header: Header) -> None:
+    """Refuse the pair unless its ``.dat`` has the bytes and the sha256 its header says."""
     _check_dat_size(ref, header)
-    with open(ref.dat_path, "rb") as fh:
+    mismatch = digest_mismatch(ref.dat_path, header.dat_sha256)
+    if mismatch is not None:
+        raise _corrupt(ref, ref.dat_path, DIGEST_MISMATCH, mismatch)
+
+
+DIGEST_MISMATCH = "sha-mismatch"
+"""The code of a ``.dat`` whose sha256 is not its header's ``dat_sha256``."""
+
+
+def digest_mismatch(path: Path | str, expected: str) -> str | None:
+    """The reader's words for a file whose sha256 is not ``expected`` (None: it is)."""
+    with open(path, "rb") as fh:
         digest = hashlib.file_digest(fh, "sha256").hexdigest()
-    if digest != header.dat_sha256:
-        raise _corrupt(ref, ref.dat_path, "sha-mismatch", f"sha256 is {digest}, header says {header.dat_sha256}")
+    return None if digest == expected else f"sha256 is {digest}, header says {expected}"
 
 
 def _autocorrect(ref: PairRef, metadata: dict[bytes, bytes]) -> dict[str, tuple[int, int]]:
@@ -353,7 +364,7 @@ def _check_lsn_range(ref: PairRef, header: Header, pair: Pair) -> None:
         raise _corrupt(ref, ref.trn_path, "header-lsn-mismatch", f"header lsn range {declared} but pair holds {actual}")
 
 
-def read_pair(ref: PairRef, *, check_rows: bool = True) -> Pair:
+def read_pair(ref: PairRef, *, check_rows: bool = True, check_digest: bool = True) -> Pair:
     """Read one complete pair and refuse it if anything in it breaks the spec.
 
     Args:
@@ -361,6 +372,12 @@ def read_pair(ref: PairRef, *, check_rows: bool = True) -> Pair:
         check_rows: check every row image against its table definition (the
             costly part; callers that re-read a pair already checked may skip
             it, and the engine has Spark's executors check them).
+        check_digest: check the ``.dat``'s sha256 here. Without it, a pair
+            with rows has only its size checked, and its digest is the
+            caller's to check (the engine's executors check it as they read
+            the file); a pair refused for anything else has its digest
+            checked first all the same, so it is refused in the words it
+            would have been with the digest checked first.
 
     Returns:
         The pair's header, events, table definitions and rows; without
@@ -371,14 +388,22 @@ def read_pair(ref: PairRef, *, check_rows: bool = True) -> Pair:
         IntermediateFileError: a subclass naming the file and the defect.
     """
     header, events = read_trn(ref)
-    _check_dat_identity(ref, header)
-    data, defs, autocorrect = _read_dat(ref, header, images=check_rows)
-    _check_row_columns(ref, data, defs)
-    pair = Pair(ref, header, events, defs, data, autocorrect)
-    _check_lsn_range(ref, header, pair)
-    if check_rows:
-        try:
-            check_images(data, defs)
-        except ImageProblem as e:
-            raise InvalidChangeError(ref.dat_path, ref.seq, e.code, e.detail) from e
+    deferred = not check_digest and header.dat_rows > 0
+    if not deferred:
+        check_dat_identity(ref, header)
+    try:
+        _check_dat_size(ref, header)
+        data, defs, autocorrect = _read_dat(ref, header, images=check_rows)
+        _check_row_columns(ref, data, defs)
+        pair = Pair(ref, header, events, defs, data, autocorrect)
+        _check_lsn_range(ref, header, pair)
+        if check_rows:
+            try:
+                check_images(data, defs)
+            except ImageProblem as e:
+                raise InvalidChangeError(ref.dat_path, ref.seq, e.code, e.detail) from e
+    except IntermediateFileError:
+        if deferred:
+            check_dat_identity(ref, header)  # the digest speaks first, as when it is checked first
+        raise
     return pair
