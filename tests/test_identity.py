@@ -245,7 +245,7 @@ def test_spark_workers_forget_cached_zip_importers_and_the_jar(monkeypatch: pyte
     monkeypatch.setattr(sys, "path_importer_cache", {**sys.path_importer_cache, jar: None})
     sys.path_importer_cache[inner] = zipimport.zipimporter(inner)  # a package imported from an archive
     kept = [p for p in sys.path if p != jar]
-    list(event_batches(TABLES, {}, {}, [], None, []))  # what Spark runs in its workers trims them first
+    list(event_batches(TABLES, {}, {}, [], None, None, []))  # what Spark runs in its workers trims them first
     assert sys.path == kept and jar not in sys.path_importer_cache and inner not in sys.path_importer_cache
     assert not any(isinstance(f, zipimport.zipimporter) for f in sys.path_importer_cache.values())
 
@@ -253,7 +253,7 @@ def test_spark_workers_forget_cached_zip_importers_and_the_jar(monkeypatch: pyte
 @pytest.mark.usefixtures("collector")
 def test_spark_workers_run_the_collector_less_often() -> None:
     gc.set_threshold(700, 10, 10)
-    list(event_batches(TABLES, {}, {}, [], None, []))
+    list(event_batches(TABLES, {}, {}, [], None, None, []))
     assert gc.get_threshold() == COLLECTOR_THRESHOLDS
     assert COLLECTOR_THRESHOLDS[0] > 700 and gc.isenabled()
 

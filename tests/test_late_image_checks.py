@@ -19,7 +19,8 @@ import pyarrow as pa
 import pytest
 
 from applier.engine.checkpoint import CheckpointStore
-from applier.engine.events import event_batch
+from applier.engine.events import event_batch, event_batches
+from applier.engine.image_checks import Refused, first_refusal
 from applier.errors import IntermediateFileError
 from applier.intermediate.schema import parse_table_def
 from engine_support import make_config, run, target_tables
@@ -44,13 +45,34 @@ def test_the_executors_refuse_what_the_reader_refuses_naming_the_pair_and_row() 
 
     check_batch(_batch([good], [2], [13]), checks)  # a good row passes
     check_batch(_batch([bad], [5], [None]), checks)  # a pair not to be checked is not
-    with pytest.raises(RuntimeError) as refused:
+    with pytest.raises(Refused) as refused:
         check_batch(_batch([good, bad], [2, 2], [13, None]), checks)  # not committed here: checked all the same
-    assert str(refused.value).startswith("applier-image-refused seq=2: row lsn 12 (xid t2, table bank.accounts)")
-    assert str(refused.value).endswith("[value-wrong-type]")
+    assert (refused.value.seq, refused.value.code) == (2, "value-wrong-type")
+    assert refused.value.detail.startswith("row lsn 12 (xid t2, table bank.accounts)")
     missing = row(14, "t3", "U", before={"owner": "x"}, after={"id": 1, "owner": "ann", "balance": "1.50"})
-    with pytest.raises(RuntimeError, match=r"\[key-column-missing\]"):
+    with pytest.raises(Refused, match=r"\[key-column-missing\]"):
         check_batch(_batch([missing], [2], [15]), checks)
+
+
+def test_a_partition_records_its_refusal_and_ends_and_the_driver_reads_the_lowest_pairs(tmp_path: Path) -> None:
+    good = [row(11, "t1", "I", after={"id": 1, "owner": "ann", "balance": "1.50"})]
+    tables = {"bank.accounts": ACCOUNTS_DEF}
+    checks = {2: tables, 3: tables}
+
+    def partition(*batches: pa.RecordBatch) -> list[pa.RecordBatch]:  # what Spark runs over a partition
+        return list(event_batches(tables, {}, {}, [], checks, str(tmp_path), iter(batches)))
+
+    assert partition(_batch(good, [2], [13]))[0].num_rows == 1  # nothing refused: its events
+    assert partition(_batch([row(31, "t3", "I", after=BAD)], [3], [33]), _batch(good, [2], [13])) == []
+    assert partition(_batch(good, [2], [13]), _batch([row(22, "t2", "I", after=BAD)], [2], [23])) == []
+    assert len(list(tmp_path.glob("refused-*.json"))) == 2 and not list(tmp_path.glob(".*"))
+    first = first_refusal(tmp_path)
+    assert first is not None and (first.seq, first.code) == (2, "value-wrong-type") and "row lsn 22" in first.detail
+    assert first_refusal(tmp_path) is None, "read once"
+    with pytest.raises(Refused):  # a job without a folder for them raises it
+        list(
+            event_batches(tables, {}, {}, [], checks, None, iter([_batch([row(22, "t2", "I", after=BAD)], [2], [23])]))
+        )
 
 
 def test_only_committed_rows_give_events_once_checked() -> None:

@@ -11,7 +11,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from applier.engine.buffers import BufferedTxn
-from applier.engine.compile import _REFUSED_TEXT
+from applier.engine.image_checks import Refused
 from applier.engine.reading import CycleInput
 from applier.engine.sources import (
     BATCH_ROWS,
@@ -152,11 +152,10 @@ def test_the_first_part_of_a_checked_pair_checks_its_digest_before_reading_a_row
     assert _read([first]) == _read([first._replace(digest="")]) != []  # the right digest: its part's rows
 
     wrong = first._replace(digest="0" * 64)
-    with pytest.raises(RuntimeError) as refused:
+    with pytest.raises(Refused) as refused:  # the events step records it for the driver
         _read([wrong])
-    found = _REFUSED_TEXT.search(str(refused.value))  # what the driver makes a late refusal of
-    assert found is not None and (found["seq"], found["code"]) == ("1", "sha-mismatch")
-    assert found["detail"] == f"sha256 is {right}, header says {'0' * 64}"
+    assert (refused.value.seq, refused.value.code) == (1, "sha-mismatch")
+    assert refused.value.detail == f"sha256 is {right}, header says {'0' * 64}"
 
 
 def test_many_spill_files_are_read_in_a_few_spark_tasks(spark: Any, tmp_path: Path) -> None:

@@ -200,11 +200,13 @@ def test_status_names_the_last_error_and_the_pair_that_blocks(applied: Applied, 
     data = bytearray(dat.read_bytes())
     data[len(data) // 2] ^= 0xFF  # same size, other bytes: only a full read of the pair finds it
     dat.write_bytes(bytes(data))
+    # The executor reading the pair finds its checksum wrong; the run re-reads with the driver checking.
     done = subprocess.run(
-        [*APPLIER, "run", "--config", str(copy.config_file)], capture_output=True, text=True, env=NO_JAVA, timeout=120
+        [*APPLIER, "run", "--config", str(copy.config_file)], capture_output=True, text=True, timeout=300
     )
-    # The run's operator log (the rebuild of open transactions) comes first, then the one error line.
+    # The run's operator log (the rebuild of open transactions, the late refusal) comes first, then the one error line.
     assert done.returncode == 3 and "Traceback" not in done.stderr, done.stderr
+    assert f"pair {applied_seq + 1} refused by Spark's image check" in done.stderr
     assert [line for line in done.stderr.splitlines() if "applier: error:" in line] == [done.stderr.splitlines()[-1]]
     assert done.stderr.splitlines()[-1].endswith("[sha-mismatch]")
     doc = json.loads(status(copy, "--json"))

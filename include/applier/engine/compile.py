@@ -8,7 +8,6 @@ take each table's :class:`~applier.engine.changes.TableChanges` when they apply 
 
 from __future__ import annotations
 
-import re
 import shutil
 import tempfile
 import weakref
@@ -20,15 +19,13 @@ from pyspark.sql import functions as F
 
 from applier.engine.changes import TableChanges
 from applier.engine.compiled import CompiledCycle
-from applier.engine.image_checks import REFUSED, Checks
+from applier.engine.image_checks import Checks, first_refusal
 from applier.engine.netting import net_changes, table_spreads
 from applier.engine.queue import MemoryQueue
 from applier.engine.sources import ReadTasks
 from applier.errors import LateImageRefusal
 from applier.intermediate.pairs import pair_name
 from applier.intermediate.schema import TableDef
-
-_REFUSED_TEXT = re.compile(REFUSED + r" seq=(?P<seq>\d+): (?P<detail>.*?) \[(?P<code>[a-z0-9-]+)\]")
 
 
 def last_truncate(rows: DataFrame) -> tuple[int, int] | None:
@@ -100,21 +97,18 @@ def compile_cycle(
         holders = [into, *(holder for _, holder in groups)]
         definitions = {n: tables[n] for n in names}
         job = net_changes(rows, definitions, truncates, str(into.folder), partitions, spreads, bounds, checks)
-        for chunk in _collect(job, checks):
+        for chunk in _collect(job, into.folder):
             holders[chunk["group"]].add_file(chunk["table"], Path(chunk["path"]), chunk["bytes"], chunk.asDict())
     return into
 
 
-def _collect(job: DataFrame, checks: Checks | None) -> list[Row]:
-    """The job's rows; a refusal of an image by an executor becomes a :class:`LateImageRefusal`."""
-    try:
-        return job.collect()
-    except Exception as e:
-        found = _REFUSED_TEXT.search(str(e)) if checks is not None else None
-        if found is None:
-            raise
-        seq = int(found["seq"])
-        raise LateImageRefusal(pair_name(seq) + ".dat", seq, found["code"], found["detail"]) from None
+def _collect(job: DataFrame, folder: Path) -> list[Row]:
+    """The job's rows; a pair an executor refused (recorded in ``folder``) becomes a :class:`LateImageRefusal`."""
+    rows = job.collect()
+    refused = first_refusal(folder)
+    if refused is not None:
+        raise LateImageRefusal(pair_name(refused.seq) + ".dat", refused.seq, refused.code, refused.detail)
+    return rows
 
 
 def compile_table(rows: DataFrame, table: TableDef) -> TableChanges:

@@ -27,7 +27,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from applier.engine.identity import TableRules, rules_of
-from applier.engine.image_checks import Checks, PairRules, refusal
+from applier.engine.image_checks import Checks, PairRules, Refused, record_refusal, refusal
 from applier.engine.reduce import fold
 from applier.engine.worker_path import prepare_worker
 from applier.intermediate.schema import TableDef
@@ -242,26 +242,37 @@ def event_batches(
     spreads: Mapping[str, int],
     bounds: Sequence[int],
     checks: Checks | None,
+    folder: str | None,
     batches: Iterable[pa.RecordBatch],
 ) -> Iterator[pa.RecordBatch]:
     """:func:`event_batch` over a partition (the ``mapInArrow`` function, with its settings bound), folded.
 
     The events of up to :data:`FOLD_BYTES` are folded per identity
     (:func:`~applier.engine.reduce.fold`) before they go on: an identity
-    changed many times in a partition crosses the shuffle once.
+    changed many times in a partition crosses the shuffle once. A pair
+    refused while the partition is read or checked is recorded in ``folder``
+    (:func:`~applier.engine.image_checks.record_refusal`), and the partition
+    ends there: the driver finds the refusal once the job is done (without a
+    ``folder``, the refusal is raised).
     """
     prepare_worker()
     rules = None if checks is None else PairRules(checks)
     pending: list[pa.RecordBatch] = []
     held = 0
-    for batch in batches:
-        events = event_batch(batch, tables, truncates, spreads, bounds, rules)
-        if events.num_rows:
-            pending.append(events)
-            held += events.nbytes
-        if held >= FOLD_BYTES:
-            yield from _folded(pending)
-            pending, held = [], 0
+    try:
+        for batch in batches:
+            events = event_batch(batch, tables, truncates, spreads, bounds, rules)
+            if events.num_rows:
+                pending.append(events)
+                held += events.nbytes
+            if held >= FOLD_BYTES:
+                yield from _folded(pending)
+                pending, held = [], 0
+    except Refused as refused:
+        if folder is None:
+            raise
+        record_refusal(folder, refused)
+        return
     yield from _folded(pending)
 
 

@@ -4,35 +4,68 @@ The driver reads a cycle's pairs without decoding their images
 (:mod:`applier.engine.reading`); the compile job's first Python step checks
 every row of them against its own pair's definitions with the reader's rules
 (:func:`applier.intermediate.images.check_rows`), so the executors refuse
-exactly what the reader refuses. A refusal fails the job with a text the driver
-finds (:data:`REFUSED`) and turns into a
-:class:`~applier.errors.LateImageRefusal`.
+exactly what the reader refuses.
+
+A refusal is a finding about the input, not a failure of the job: the
+partition that finds one records it as a small file in the job's folder
+(:func:`record_refusal`) and stops, the job ends normally, and the driver
+reads the first refusal (:func:`first_refusal`) and turns it into a
+:class:`~applier.errors.LateImageRefusal`. Raised as a task failure, it made
+Spark log each attempt's Python traceback before the run's one-line error,
+and retry the task on a cluster (``spark.task.maxFailures``) for a verdict
+that cannot change.
 """
 
 from __future__ import annotations
 
+import json
+import os
+import uuid
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
 from applier.intermediate.images import Checked, ImageProblem, ImageRules, check_rows
 from applier.intermediate.schema import TableDef
 
-REFUSED = "applier-image-refused"
-"""Marks an executor's refusal of a row image in the text of the failed Spark job (see :func:`refusal`)."""
+REFUSAL_PREFIX = "refused-"
+"""Names an executor's refusal file in a compile job's folder (:func:`record_refusal`)."""
+
+
+class Refused(Exception):
+    """An executor's refusal of a pair: the reader's words (``detail``) and code."""
+
+    def __init__(self, seq: int, detail: str, code: str) -> None:
+        super().__init__(f"pair {seq}: {detail} [{code}]")
+        self.seq, self.detail, self.code = seq, detail, code
+
 
 Checks = Mapping[int, Mapping[str, TableDef]]
 """The pairs whose images a compile job checks: seq -> the pair's table definitions (``cdc.tables``)."""
 
 
-def refusal(seq: int, lsn: int, xid: str, table: str, problem: ImageProblem) -> RuntimeError:
-    """The error an executor raises for a refused row: the reader's words, after :data:`REFUSED` and the pair."""
-    where = f"row lsn {lsn} (xid {xid}, table {table})"
-    return pair_refusal(seq, f"{where} {problem.detail}", problem.code)
+def refusal(seq: int, lsn: int, xid: str, table: str, problem: ImageProblem) -> Refused:
+    """An executor's refusal of a row: the reader's words, after the row's place."""
+    return Refused(seq, f"row lsn {lsn} (xid {xid}, table {table}) {problem.detail}", problem.code)
 
 
-def pair_refusal(seq: int, detail: str, code: str) -> RuntimeError:
-    """The error an executor raises for a refused pair (``detail``: the reader's words, ``code``: its code)."""
-    return RuntimeError(f"{REFUSED} seq={seq}: {detail} [{code}]")
+def record_refusal(folder: str, refused: Refused) -> None:
+    """Write ``refused`` as a file of the job's ``folder``, whole or not at all (a rename)."""
+    name = f"{REFUSAL_PREFIX}{refused.seq:012d}-{uuid.uuid4().hex}.json"
+    part = os.path.join(folder, f".{name}.tmp")
+    with open(part, "w", encoding="utf-8") as fh:
+        json.dump({"seq": refused.seq, "detail": refused.detail, "code": refused.code}, fh)
+    os.replace(part, os.path.join(folder, name))
+
+
+def first_refusal(folder: Path) -> Refused | None:
+    """The refusal of the lowest pair the executors recorded in ``folder`` (None: none); their files are removed."""
+    found = []
+    for path in sorted(folder.glob(f"{REFUSAL_PREFIX}*.json")):
+        raw = json.loads(path.read_text(encoding="utf-8"))
+        found.append(Refused(int(raw["seq"]), str(raw["detail"]), str(raw["code"])))
+        path.unlink()
+    return min(found, key=lambda r: r.seq, default=None)
 
 
 class PairRules:

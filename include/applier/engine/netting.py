@@ -10,8 +10,9 @@ The job reads the committed rows once and shuffles once, for all tables:
 1. In Python on the executors (:func:`applier.engine.events.event_batches`),
    which read the cycle's files themselves (:mod:`applier.engine.sources`),
    the images of the pairs not checked yet are checked against their pair's
-   definitions (the reader's rules: a refusal fails the job, and the driver
-   re-reads with its own checks to cut the cycle there), the rows of
+   definitions (the reader's rules: a refusal is recorded in the job's folder
+   and ends its partition, and the driver re-reads with its own checks to cut
+   the cycle there), the rows of
    transactions not committed in the cycle are dropped, rows at or before
    their table's last truncate are dropped (the target empties the table
    first), and so are the ``T`` rows; every other row yields
@@ -107,8 +108,9 @@ def net_changes(
         tables: the definitions (the latest of the cycle) of the tables to compile;
             columns added later read as null in older images.
         truncates: each truncated table's last truncate position ``(commit_lsn, lsn)``.
-        folder: where the executors write the chunk files (a folder every
-            executor and the driver reach: the Applier's work folder).
+        folder: where the executors write the chunk files, and the refusals of
+            pairs they check (a folder every executor and the driver reach:
+            the Applier's work folder).
         partitions: shuffle partitions of the job (None: the session's setting).
         spreads: over how many partitions a busy table's identities are spread
             (:func:`table_spreads`; a table not named: one).
@@ -126,7 +128,7 @@ def net_changes(
         net changes of one group, see :func:`applier.engine.identity.final_table`).
     """
     definitions = dict(tables)
-    settings = (definitions, dict(truncates), dict(spreads or {}), list(bounds), checks)
+    settings = (definitions, dict(truncates), dict(spreads or {}), list(bounds), checks, folder)
     if isinstance(rows, ReadTasks):  # read on the executors, into the events step in the same process
         events = rows.map_rows(functools.partial(event_batches, *settings), _ddl(EVENT_SCHEMA))
     else:

@@ -35,7 +35,7 @@ import pyarrow.parquet as pq
 from pyspark.sql import DataFrame
 
 from applier.engine.buffers import BufferedTxn
-from applier.engine.image_checks import pair_refusal
+from applier.engine.image_checks import Refused
 from applier.engine.reading import CycleInput, pairs_holding, spill_inputs
 from applier.engine.spill import read_spill
 from applier.engine.worker_path import prepare_worker
@@ -201,7 +201,7 @@ def task_rows(
 
 def _task_rows(task: ReadTask, keep_all: bool) -> Iterator[pa.RecordBatch]:
     if task.digest and task.seq is not None and (mismatch := digest_mismatch(task.path, task.digest)) is not None:
-        raise pair_refusal(task.seq, mismatch, DIGEST_MISMATCH)
+        raise Refused(task.seq, mismatch, DIGEST_MISMATCH)
     xids, lsns = task.commits.column("xid").combine_chunks(), task.commits.column("commit_lsn").combine_chunks()
     for rows in _coalesced(_file_batches(task.path, task.seq is not None, task.part, task.parts)):
         at = pc.index_in(rows.column("xid"), value_set=xids)
