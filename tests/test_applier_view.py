@@ -67,7 +67,13 @@ def test_every_endpoint_refuses_a_user_without_read_access_to_the_dag(client: An
     assert client.get(path, headers={"Authorization": f"Bearer {token(None)}"}).status_code == 403
 
 
-def test_the_app_exposes_no_unprotected_docs(client: Any) -> None:
+def test_the_app_exposes_no_unprotected_docs(client: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # A configuration without a Data Docs site, whatever the checkout's own (`make demo` writes one for the default).
+    (tmp_path / "in").mkdir()
+    config = tmp_path / "applier.yaml"
+    config.write_text(f"configuration_name: nodocs\nintermediate_dir: {tmp_path / 'in'}\n"
+                      f"output_dir: {tmp_path / 'out'}\ntarget: {{path: {tmp_path / 'target'}}}\n")  # fmt: skip
+    monkeypatch.setenv("APPLIER_CONFIG", str(config))
     for path in ("/applier/docs", "/applier/openapi.json", "/applier/redoc"):
         assert client.get(path, headers={"Authorization": f"Bearer {token('viewer')}"}).status_code == 404
 

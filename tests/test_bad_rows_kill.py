@@ -33,9 +33,10 @@ from test_bad_rows import ROWS_EACH, THRESHOLD, TRANSACTIONS, constrained_target
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
 
 RETRY_BEGAN = "splitting it to find the failing transaction"  # the engine's warning when a refused group is split
+PASSED = "was refused and passed"  # its warning for each bad transaction the retry finds and lets by
 BAD_CHECK = {260, 261, 420, 555, 700, 845, 990}  # all in pairs 2..4: Delta's constraint comes after pair 1
 BAD_UNIQUE = {333, 888}  # PostgreSQL only: Delta has no unique index
-KILLS, MAX_DELAY_S, SEED = 3, 2.0, 1313
+KILLS, MAX_PASSED, MAX_DELAY_S, SEED = 3, 2, 0.5, 1313
 
 
 def _start(command: list[str], stderr: Path) -> subprocess.Popen[bytes]:
@@ -60,8 +61,20 @@ def _wait_for_retry(proc: subprocess.Popen[bytes], stderr: Path, timeout_s: floa
     return RETRY_BEGAN in stderr.read_text()
 
 
+def _wait_for_passes(proc: subprocess.Popen[bytes], stderr: Path, passes: int, timeout_s: float = 300) -> None:
+    """Until the run has let ``passes`` bad transactions by (or ended): a moment inside the retry on any machine."""
+    deadline = time.monotonic() + timeout_s
+    while proc.poll() is None and time.monotonic() < deadline and stderr.read_text().count(PASSED) < passes:
+        time.sleep(0.02)
+
+
 def _kill_during_retries(command: list[str], config: Config, logs: Path) -> list[str]:
-    """Start the run, wait for its retry, kill it a seeded random moment later; again, up to ``KILLS`` times.
+    """Start the run, wait for its retry, kill it at a seeded random moment of it; again, up to ``KILLS`` times.
+
+    The moment is after a seeded number of the retry's bad transactions were
+    found (0 to ``MAX_PASSED``), then a seeded delay (up to ``MAX_DELAY_S``):
+    counted in the retry's own steps, so it falls inside the retry however
+    fast the machine runs it.
 
     Returns the kills that landed inside the retry (the process alive and its
     cycle not yet checkpointed), each with the intent's ``through..part_end``
@@ -75,9 +88,10 @@ def _kill_during_retries(command: list[str], config: Config, logs: Path) -> list
         stderr = logs / f"run{attempt}.stderr"
         proc = _start(command, stderr)
         try:
-            delay = rng.uniform(0.0, MAX_DELAY_S)  # drawn whatever happens: the same delays on every machine
+            passes, delay = rng.randint(0, MAX_PASSED), rng.uniform(0.0, MAX_DELAY_S)  # drawn whatever happens
             began = _wait_for_retry(proc, stderr)
             if began:
+                _wait_for_passes(proc, stderr, passes)
                 time.sleep(delay)
             if proc.poll() is None:
                 os.killpg(proc.pid, signal.SIGKILL)

@@ -136,6 +136,8 @@ def test_status_json_tells_what_the_run_files_hold(applied: Applied) -> None:
     assert list(last["seconds"])[:2] == ["read", "buffer"]
     assert last["total_seconds"] == pytest.approx(sum(reports[-1]["seconds"].values()), abs=0.002)
     assert last["changes_per_second"] == pytest.approx(last["rows_read"] / last["total_seconds"], rel=0.01)
+    assert (last["started_at"], last["ended_at"]) == (reports[-1]["started_at"], reports[-1]["ended_at"])
+    assert last["started_at"] < last["ended_at"] and last["ended_at"].endswith("+00:00")
     assert doc["queue"]["budget_bytes"] == applied.config.queue_memory_bytes
     assert doc["run_in_progress"] is None and doc["cycle_under_way"] is None and doc["last_error"] is None
     assert doc["subscriptions"] == [] and doc["source"] is None
@@ -171,6 +173,8 @@ def test_status_prints_phase_timings_as_text(applied: Applied) -> None:
     out = status(applied)
     (line,) = [line for line in out.splitlines() if line.startswith("last cycle: 2 pairs ")]
     assert " changes in " in line and "changes/s); read " in line and ", checkpoint " in line
+    ended = json.loads(status(applied, "--json"))["last_cycle"]["ended_at"]
+    assert line.endswith(f"; ended {ended[:10]} {ended[11:19]} UTC")
     assert "{" not in out and "lag: " in out and "run in progress: none" in out
 
 

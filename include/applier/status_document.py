@@ -174,6 +174,8 @@ def cycle_figures(report: dict[str, Any] | None) -> dict[str, Any] | None:
         "total_seconds": total,
         "changes_per_second": round(rows / total, 1) if total else None,
         "driver_peak_rss_mib": report.get("driver_peak_rss_mib"),
+        "started_at": report.get("started_at") or None,  # reports before these times were kept have none
+        "ended_at": report.get("ended_at") or None,
     }
 
 

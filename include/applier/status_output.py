@@ -139,9 +139,10 @@ def _last_cycle_lines(doc: dict[str, Any]) -> list[str]:
         return lines
     rate = f" ({c['changes_per_second']:.0f} changes/s)" if c["changes_per_second"] is not None else ""
     phases = ", ".join(f"{name} {human_seconds(s)}" for name, s in c["seconds"].items())
+    ended = f"; ended {c['ended_at'][:19].replace('T', ' ')} UTC" if c.get("ended_at") else ""
     lines.append(
         f"last cycle: {c['cycle_id']} pairs {_pairs(c['seqs'])} ({_mib(c['bytes'])}): {c['rows_read']} changes "
-        f"in {human_seconds(c['total_seconds'])}{rate}; {phases}"
+        f"in {human_seconds(c['total_seconds'])}{rate}; {phases}{ended}"
     )
     q = doc["queue"]
     if q["peak_bytes"] is not None:
