@@ -11,6 +11,7 @@ refused it at reading.
 from __future__ import annotations
 
 import logging
+from collections.abc import Iterator
 from decimal import Decimal
 from pathlib import Path
 from typing import Any
@@ -20,7 +21,7 @@ import pytest
 
 from applier.engine.checkpoint import CheckpointStore
 from applier.engine.events import event_batch, event_batches
-from applier.engine.image_checks import Refused, first_refusal
+from applier.engine.image_checks import Refused, first_refusal, record_refusal
 from applier.errors import IntermediateFileError
 from applier.intermediate.schema import parse_table_def
 from engine_support import make_config, run, target_tables
@@ -64,15 +65,35 @@ def test_a_partition_records_its_refusal_and_ends_and_the_driver_reads_the_lowes
 
     assert partition(_batch(good, [2], [13]))[0].num_rows == 1  # nothing refused: its events
     assert partition(_batch([row(31, "t3", "I", after=BAD)], [3], [33]), _batch(good, [2], [13])) == []
-    assert partition(_batch(good, [2], [13]), _batch([row(22, "t2", "I", after=BAD)], [2], [23])) == []
-    assert len(list(tmp_path.glob("refused-*.json"))) == 2 and not list(tmp_path.glob(".*"))
-    first = first_refusal(tmp_path)
+    (recorded,) = tmp_path.glob("refused-*.json")
+    assert "row lsn 31" in recorded.read_text() and not list(tmp_path.glob(".*"))  # whole: no temporary left
+    record_refusal(str(tmp_path), Refused(2, "row lsn 22 (xid t2, table bank.accounts) bad", "value-wrong-type"))
+    first = first_refusal(tmp_path)  # two partitions refused at once: the lower pair's
     assert first is not None and (first.seq, first.code) == (2, "value-wrong-type") and "row lsn 22" in first.detail
     assert first_refusal(tmp_path) is None, "read once"
+    assert partition(_batch(good, [2], [13]))[0].num_rows == 1, "a later job is not stopped by an old refusal"
     with pytest.raises(Refused):  # a job without a folder for them raises it
         list(
             event_batches(tables, {}, {}, [], checks, None, iter([_batch([row(22, "t2", "I", after=BAD)], [2], [23])]))
         )
+
+
+def test_once_a_pair_is_refused_the_other_partitions_stop_at_their_next_batch(tmp_path: Path) -> None:
+    good = _batch([row(11, "t1", "I", after={"id": 1, "owner": "ann", "balance": "1.50"})], [2], [13])
+    tables = {"bank.accounts": ACCOUNTS_DEF}
+    read: list[int] = []
+
+    def batches() -> Iterator[pa.RecordBatch]:
+        for n in range(3):
+            read.append(n)
+            if n == 1:  # another partition refuses a pair meanwhile
+                refused = Refused(7, "row lsn 70 (xid t7, table bank.accounts) bad", "value-wrong-type")
+                record_refusal(str(tmp_path), refused)
+            yield good
+
+    events = list(event_batches(tables, {}, {}, [], {2: tables}, str(tmp_path), batches()))
+    assert read == [0, 1] and events == []  # the second batch was not compiled, the third not read
+    assert list(event_batches(tables, {}, {}, [], None, str(tmp_path), iter([good])))  # a job that checks nothing
 
 
 def test_only_committed_rows_give_events_once_checked() -> None:

@@ -27,7 +27,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from applier.engine.identity import TableRules, rules_of
-from applier.engine.image_checks import Checks, PairRules, Refused, record_refusal, refusal
+from applier.engine.image_checks import Checks, PairRules, Refused, record_refusal, refusal, refused_in
 from applier.engine.reduce import fold
 from applier.engine.worker_path import prepare_worker
 from applier.intermediate.schema import TableDef
@@ -253,14 +253,18 @@ def event_batches(
     refused while the partition is read or checked is recorded in ``folder``
     (:func:`~applier.engine.image_checks.record_refusal`), and the partition
     ends there: the driver finds the refusal once the job is done (without a
-    ``folder``, the refusal is raised).
+    ``folder``, the refusal is raised). Once any partition of the job has
+    refused a pair, the others stop at their next batch.
     """
     prepare_worker()
     rules = None if checks is None else PairRules(checks)
+    watch = folder if checks is not None else None  # a job that checks nothing refuses nothing
     pending: list[pa.RecordBatch] = []
     held = 0
     try:
         for batch in batches:
+            if watch is not None and refused_in(watch):
+                return
             events = event_batch(batch, tables, truncates, spreads, bounds, rules)
             if events.num_rows:
                 pending.append(events)

@@ -31,6 +31,9 @@ from applier.intermediate.schema import TableDef
 REFUSAL_PREFIX = "refused-"
 """Names an executor's refusal file in a compile job's folder (:func:`record_refusal`)."""
 
+REFUSAL_MARK = "refused"
+"""A file of a compile job's folder once any partition refused a pair: the others stop (:func:`refused_in`)."""
+
 
 class Refused(Exception):
     """An executor's refusal of a pair: the reader's words (``detail``) and code."""
@@ -56,6 +59,18 @@ def record_refusal(folder: str, refused: Refused) -> None:
     with open(part, "w", encoding="utf-8") as fh:
         json.dump({"seq": refused.seq, "detail": refused.detail, "code": refused.code}, fh)
     os.replace(part, os.path.join(folder, name))
+    with open(os.path.join(folder, REFUSAL_MARK), "a", encoding="utf-8"):
+        pass
+
+
+def refused_in(folder: str) -> bool:
+    """Whether a partition of the job has refused a pair (one ``stat``: asked before each batch).
+
+    The job's result is then thrown away, so the other partitions stop too. A
+    lower pair's refusal they might have found is not lost: the driver re-reads
+    the cycle checking every pair up to the refused one.
+    """
+    return os.path.exists(os.path.join(folder, REFUSAL_MARK))
 
 
 def first_refusal(folder: Path) -> Refused | None:
@@ -65,6 +80,7 @@ def first_refusal(folder: Path) -> Refused | None:
         raw = json.loads(path.read_text(encoding="utf-8"))
         found.append(Refused(int(raw["seq"]), str(raw["detail"]), str(raw["code"])))
         path.unlink()
+    (folder / REFUSAL_MARK).unlink(missing_ok=True)
     return min(found, key=lambda r: r.seq, default=None)
 
 
