@@ -266,7 +266,7 @@ def read_cycle(
                 try:
                     checked = _checked_by_worker(checks.get(ref.seq))
                     pair = read_pair(ref, check_rows=check_rows and not checked, check_digest=not defer_images)
-                    _check_stream(validator, pair, digest_checked=not defer_images)
+                    _check_stream(validator, pair)
                 except IntermediateFileError as e:
                     result.refused = e
                     break
@@ -277,6 +277,7 @@ def read_cycle(
                     measured.append(measuring.submit(longest_images_in, ref.dat_path))
                 if defer_images and pair.data.num_rows:
                     result.unchecked[pair.seq] = dict(pair.tables)  # one object per definition already
+                if not pair.digest_checked:
                     result.digests[pair.seq] = pair.header.dat_sha256
             for sizes in measured:
                 _note_images(result, sizes.result())
@@ -288,7 +289,7 @@ def read_cycle(
     return result
 
 
-def _check_stream(validator: StreamValidator, pair: Pair, *, digest_checked: bool) -> None:
+def _check_stream(validator: StreamValidator, pair: Pair) -> None:
     """``validator.check(pair)``; a pair it refuses whose digest is unchecked has its digest checked first.
 
     A pair with a wrong digest is refused for it whatever else is wrong with it, as when the digest is checked first.
@@ -296,7 +297,7 @@ def _check_stream(validator: StreamValidator, pair: Pair, *, digest_checked: boo
     try:
         validator.check(pair)
     except IntermediateFileError:
-        if not digest_checked and pair.data.num_rows:
+        if not pair.digest_checked:
             check_dat_identity(pair.ref, pair.header)
         raise
 

@@ -90,6 +90,8 @@ class Pair:
         autocorrect: tables a nonatomic materialization is copying, with the lsn
             range of this pair their collisions are intended in (the extension
             ``cdc.autocorrect``, docs/materialization.md).
+        digest_checked: whether its ``.dat``'s sha256 was checked (False: left
+            to the caller, ``read_pair(check_digest=False)`` on a pair with rows).
     """
 
     ref: PairRef
@@ -98,6 +100,7 @@ class Pair:
     tables: dict[str, TableDef]
     data: pa.Table
     autocorrect: dict[str, tuple[int, int]] = field(default_factory=dict)
+    digest_checked: bool = True
 
     @property
     def seq(self) -> int:
@@ -389,13 +392,14 @@ def read_pair(ref: PairRef, *, check_rows: bool = True, check_digest: bool = Tru
     """
     header, events = read_trn(ref)
     deferred = not check_digest and header.dat_rows > 0
-    if not deferred:
+    if deferred:
+        _check_dat_size(ref, header)
+    else:
         check_dat_identity(ref, header)
     try:
-        _check_dat_size(ref, header)
         data, defs, autocorrect = _read_dat(ref, header, images=check_rows)
         _check_row_columns(ref, data, defs)
-        pair = Pair(ref, header, events, defs, data, autocorrect)
+        pair = Pair(ref, header, events, defs, data, autocorrect, digest_checked=not deferred)
         _check_lsn_range(ref, header, pair)
         if check_rows:
             try:
