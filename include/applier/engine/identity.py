@@ -119,10 +119,13 @@ def _canonical(column: Column) -> Callable[[Any], Any] | None:
 
 
 def _struct_decoder(columns: Sequence[Column]) -> msgspec.json.Decoder[Any]:
-    """A decoder of the given columns of an image; other keys are skipped, a missing column is None."""
+    """A decoder of the given columns of an image; other keys are skipped, a missing column is None.
+
+    Its structs hold scalars only: the cyclic collector need not track them (``gc=False``).
+    """
     fields = [(f"c{i}", _py_type(c.type) | None, None) for i, c in enumerate(columns)]
     rename = {f"c{i}": c.name for i, c in enumerate(columns)}
-    return msgspec.json.Decoder(msgspec.defstruct("Image", fields, rename=rename))
+    return msgspec.json.Decoder(msgspec.defstruct("Image", fields, rename=rename, gc=False))
 
 
 def _from_text(column: Column) -> Callable[[Any], Any] | None:
