@@ -68,9 +68,10 @@ def apply_keyed(
     """
     schema = arrow_schema(changes.table)
     upserts = typed(changes.upserts, schema)
-    marker = unused_name("__applier_delete", schema.names)
-    source = upserts if changes.truncate else merge_source(upserts, changes.deletes, changes.table, marker)
-    repeated = repeated_keys(source, changes.table.primary_key)
+    keys = list(changes.table.primary_key)
+    named = upserts.select(keys)
+    # Only the keys: a MERGE source (below) would copy every upserted row, and a create or an overwrite needs none.
+    repeated = repeated_keys(pa.concat_tables([named, changes.deletes.select(keys).cast(named.schema)]), keys)
     if repeated:
         # A MERGE refuses a key matching an existing row twice but inserts a new key twice.
         raise TargetError(f"table {changes.table.name}: {repeated} keys appear more than once in the changes")
@@ -80,6 +81,8 @@ def apply_keyed(
     if changes.truncate:
         write_deltalake(str(path), upserts, mode="overwrite", commit_properties=props, writer_properties=_WRITER)
         return
+    marker = unused_name("__applier_delete", schema.names)
+    source = merge_source(upserts, changes.deletes, changes.table, marker)
     on = " AND ".join(f"t.{quote(k)} = s.{quote(k)}" for k in changes.table.primary_key)
     columns = {quote(c): f"s.{quote(c)}" for c in schema.names}
     is_delete = f"s.{quote(marker)}"
