@@ -71,7 +71,9 @@ def apply_keyed(
     keys = list(changes.table.primary_key)
     named = upserts.select(keys)
     # Only the keys: a MERGE source (below) would copy every upserted row, and a create or an overwrite needs none.
-    repeated = repeated_keys(pa.concat_tables([named, changes.deletes.select(keys).cast(named.schema)]), keys)
+    # The deletes count as the source's did: not after a truncate, which writes the upserts alone.
+    deleted = [] if changes.truncate else [changes.deletes.select(keys).cast(named.schema)]
+    repeated = repeated_keys(pa.concat_tables([named, *deleted]), keys)
     if repeated:
         # A MERGE refuses a key matching an existing row twice but inserts a new key twice.
         raise TargetError(f"table {changes.table.name}: {repeated} keys appear more than once in the changes")
