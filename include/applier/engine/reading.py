@@ -40,7 +40,7 @@ from applier.engine.checkpoint import Checkpoint
 from applier.engine.touches import Truncate, longest_images, table_row_counts, truncate_rows
 from applier.errors import GapError, IntermediateFileError, LateImageRefusal
 from applier.intermediate.pairs import DAT_COLUMNS, PairRef, list_pairs, pair_name
-from applier.intermediate.reader import Pair, check_dat_identity, read_pair
+from applier.intermediate.reader import Pair, digest_first, read_pair
 from applier.intermediate.schema import TableDef
 from applier.intermediate.stream import StreamValidator, TableAdmission
 
@@ -105,6 +105,11 @@ class CycleInput:
     @property
     def bytes(self) -> int:
         return sum(p.size for p in self.pairs)
+
+    def checked(self) -> None:
+        """The images and digests of every pair are checked: none is left (:attr:`unchecked`, :attr:`digests`)."""
+        self.unchecked.clear()
+        self.digests.clear()
 
     def commit_seq(self, xid: str) -> int | None:
         """The pair whose ``.trn`` holds the commit of ``xid`` (None: not committed in these pairs).
@@ -290,16 +295,9 @@ def read_cycle(
 
 
 def _check_stream(validator: StreamValidator, pair: Pair) -> None:
-    """``validator.check(pair)``; a pair it refuses whose digest is unchecked has its digest checked first.
-
-    A pair with a wrong digest is refused for it whatever else is wrong with it, as when the digest is checked first.
-    """
-    try:
+    """``validator.check(pair)``; a pair it refuses whose digest is unchecked has its digest checked first."""
+    with digest_first(pair.ref, pair.header, not pair.digest_checked):
         validator.check(pair)
-    except IntermediateFileError:
-        if not pair.digest_checked:
-            check_dat_identity(pair.ref, pair.header)
-        raise
 
 
 def check_in_driver(cycle: CycleInput) -> None:
@@ -314,8 +312,7 @@ def check_in_driver(cycle: CycleInput) -> None:
                 read_pair(ref, check_rows=True)
             except IntermediateFileError as e:
                 raise LateImageRefusal(e.path, e.seq, e.code, e.detail) from e
-    cycle.unchecked.clear()
-    cycle.digests.clear()
+    cycle.checked()
 
 
 def pairs_holding(cycle: CycleInput, xids: Collection[str]) -> list[PairRef]:

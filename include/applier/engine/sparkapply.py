@@ -232,8 +232,7 @@ def _compile_in_spark(
         groups=list(zip(bounds, holders[1:], strict=True)),
         checks=checks,
     )
-    cycle.unchecked.clear()
-    cycle.digests.clear()
+    cycle.checked()
 
 
 def narrowed(

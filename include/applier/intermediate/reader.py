@@ -11,6 +11,8 @@ from __future__ import annotations
 import hashlib
 import json
 import re
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeGuard
@@ -283,6 +285,21 @@ def digest_mismatch(path: Path | str, expected: str) -> str | None:
     return None if digest == expected else f"sha256 is {digest}, header says {expected}"
 
 
+@contextmanager
+def digest_first(ref: PairRef, header: Header, unchecked: bool) -> Iterator[None]:
+    """Around later checks of a pair whose sha256 is ``unchecked``: a refusal has the digest checked first.
+
+    A pair with a wrong digest is then refused for it, whatever else is wrong
+    with it, in the words it gets when the digest is checked before anything else.
+    """
+    try:
+        yield
+    except IntermediateFileError:
+        if unchecked:
+            check_dat_identity(ref, header)
+        raise
+
+
 def _autocorrect(ref: PairRef, metadata: dict[bytes, bytes]) -> dict[str, tuple[int, int]]:
     raw = metadata.get(AUTOCORRECT_METADATA_KEY)
     if raw is None:
@@ -396,7 +413,7 @@ def read_pair(ref: PairRef, *, check_rows: bool = True, check_digest: bool = Tru
         _check_dat_size(ref, header)
     else:
         check_dat_identity(ref, header)
-    try:
+    with digest_first(ref, header, deferred):
         data, defs, autocorrect = _read_dat(ref, header, images=check_rows)
         _check_row_columns(ref, data, defs)
         pair = Pair(ref, header, events, defs, data, autocorrect, digest_checked=not deferred)
@@ -406,8 +423,4 @@ def read_pair(ref: PairRef, *, check_rows: bool = True, check_digest: bool = Tru
                 check_images(data, defs)
             except ImageProblem as e:
                 raise InvalidChangeError(ref.dat_path, ref.seq, e.code, e.detail) from e
-    except IntermediateFileError:
-        if deferred:
-            check_dat_identity(ref, header)  # the digest speaks first, as when it is checked first
-        raise
     return pair
