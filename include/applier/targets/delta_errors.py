@@ -17,8 +17,9 @@ from deltalake import DeltaTable
 from deltalake.exceptions import CommitFailedError, DeltaError, SchemaMismatchError
 
 from applier.errors import TargetError
+from applier.targets.delta_parquet import NullInNotNull
 
-_FAILURES = (DeltaError, pa.ArrowException, OSError)
+_FAILURES = (DeltaError, pa.ArrowException, OSError, NullInNotNull)
 
 
 @contextmanager
@@ -46,6 +47,8 @@ def error_class(error: Exception) -> str:
         return "conflict"  # another writer committed first
     if isinstance(error, SchemaMismatchError):
         return "schema"
+    if isinstance(error, NullInNotNull):
+        return "check"  # refused as delta-rs's writer refuses a NOT NULL invariant
     if isinstance(error, DeltaError) and ("failed validation check" in str(error) or "Invariant" in str(error)):
         return "check"  # a table constraint (CHECK) or a NOT NULL invariant refused rows
     return "other"

@@ -12,9 +12,7 @@ table holds fewer copies than the log deletes, nothing is committed.
 
 from __future__ import annotations
 
-import json
 import time
-import uuid
 from collections.abc import Callable
 from pathlib import Path
 from urllib.parse import unquote
@@ -26,20 +24,7 @@ from deltalake import CommitProperties, DeltaTable
 from deltalake.transaction import AddAction, RemoveAction
 
 from applier.engine.changes import COUNT_COLUMN, take_copies, typed
-
-
-def _now_ms() -> int:
-    return int(time.time() * 1000)
-
-
-def _add(root: Path, rows: pa.Table, written: list[Path]) -> AddAction:
-    """Write ``rows`` as a new data file of the table; the action that adds it."""
-    name = f"part-applier-{uuid.uuid4()}.snappy.parquet"
-    path = root / name
-    pq.write_table(rows, path, compression="snappy")
-    written.append(path)
-    stats = json.dumps({"numRecords": rows.num_rows})
-    return AddAction(name, path.stat().st_size, {}, _now_ms(), True, stats)
+from applier.targets.delta_parquet import add_file, removed_on_failure
 
 
 def rewrite_copies(
@@ -71,10 +56,9 @@ def rewrite_copies(
     """
     remaining = (-removals.column(COUNT_COLUMN).to_numpy()).astype(np.int64)
     actions: list[AddAction | RemoveAction] = []
-    written: list[Path] = []
     rewritten = 0
     files = pa.table(table.get_add_actions(flatten=True)).select(["path", "size_bytes"]).to_pylist()
-    try:
+    with removed_on_failure() as written:
         for entry in files:
             if not remaining.any():
                 break
@@ -88,18 +72,14 @@ def rewrite_copies(
                 continue
             remaining[active] -= removed
             rewritten += 1
-            actions.append(RemoveAction(entry["path"], True, _now_ms(), entry["size_bytes"], {}))
+            actions.append(RemoveAction(entry["path"], True, int(time.time() * 1000), entry["size_bytes"], {}))
             kept = rows.filter(pa.array(keep))
             if kept.num_rows:
-                actions.append(_add(root, kept, written))
+                actions.append(add_file(root, kept, written))
         if remaining.any():
             missing(int(remaining.sum()))
         if inserts.num_rows:
-            actions.append(_add(root, inserts, written))
+            actions.append(add_file(root, inserts, written))
         if actions:
             table.create_write_transaction(actions, mode="append", schema=schema, commit_properties=props)
-    except BaseException:
-        for path in written:
-            path.unlink(missing_ok=True)
-        raise
     return rewritten

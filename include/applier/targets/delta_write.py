@@ -30,30 +30,12 @@ from applier.engine.changes import (
 from applier.errors import TargetError
 from applier.intermediate.schema import TableDef
 from applier.targets.delta_files import rewrite_copies
+from applier.targets.delta_parquet import ROW_GROUP_ROWS, create
 
-ROW_GROUP_ROWS = 65_536
-"""Rows per Parquet row group of the data files written (delta-rs's own default is 1,048,576).
-
-delta-rs encodes a row group whole in memory before it writes it out, so a
-table's net changes of a cycle were encoded at once up to a million rows: on
-the 4x benchmark workload (560,000 net rows in six tables) the driver's peak,
-in its Delta writes, was 474 and 492 MiB with the default, 456 and 456 with
-row groups of 65,536 rows, in the same time.
-"""
 _WRITER = WriterProperties(max_row_group_size=ROW_GROUP_ROWS)
 
 Settle = Callable[[dict[str, int]], None]
 """Told a table's collisions per kind (:mod:`~applier.targets.collisions`); may raise to refuse them."""
-
-
-def create(path: Path, name: str, rows: pa.Table, schema: pa.Schema, props: CommitProperties) -> None:
-    """Create the table with its first rows, in one commit (``mode="error"``: it must not exist yet).
-
-    The rows take ``schema`` (the definition's, NOT NULL included): the
-    table's schema is the one its first rows carry.
-    """
-    rows = pa.Table.from_arrays(rows.columns, schema=schema)
-    write_deltalake(str(path), rows, mode="error", name=name, commit_properties=props, writer_properties=_WRITER)
 
 
 def apply_keyed(
