@@ -228,10 +228,11 @@ def test_only_tables_with_a_large_share_of_the_rows_are_spread() -> None:
 
 @pytest.fixture
 def collector() -> Iterator[None]:
-    """The collector's thresholds as they were, after a test that runs what Spark's workers run."""
+    """The collector's thresholds as they were, and nothing frozen, after a test that runs what Spark's workers run."""
     before = gc.get_threshold()
     yield
     gc.set_threshold(*before)
+    gc.unfreeze()
 
 
 @pytest.mark.usefixtures("collector")
@@ -253,9 +254,14 @@ def test_spark_workers_forget_cached_zip_importers_and_the_jar(monkeypatch: pyte
 @pytest.mark.usefixtures("collector")
 def test_spark_workers_run_the_collector_less_often() -> None:
     gc.set_threshold(700, 10, 10)
+    gc.unfreeze()
     list(event_batches(TABLES, {}, {}, [], None, None, []))
     assert gc.get_threshold() == COLLECTOR_THRESHOLDS
     assert COLLECTOR_THRESHOLDS[0] > 700 and gc.isenabled()
+    frozen = gc.get_freeze_count()
+    assert frozen > 1000  # what the imports left alive is out of the collector's sight
+    list(event_batches(TABLES, {}, {}, [], None, None, []))
+    assert gc.get_freeze_count() == frozen  # once per worker
 
 
 DATED = TableDef(
