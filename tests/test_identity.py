@@ -261,7 +261,7 @@ def test_spark_workers_run_the_collector_less_often() -> None:
     frozen = gc.get_freeze_count()
     assert frozen > 1000  # what the imports left alive is out of the collector's sight
     list(event_batches(TABLES, {}, {}, [], None, None, []))
-    assert gc.get_freeze_count() == frozen  # once per worker
+    assert gc.get_freeze_count() <= frozen  # once per worker (a frozen object may have been freed since)
 
 
 DATED = TableDef(
