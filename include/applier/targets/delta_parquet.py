@@ -119,7 +119,8 @@ def create(path: Path, name: str, rows: pa.Table, schema: pa.Schema, props: Comm
     The table takes ``schema`` (the definition's, NOT NULL included); the rows
     are refused whole when one breaks a NOT NULL column.
     """
-    rows = rows.cast(pa.schema([f.with_nullable(True) for f in schema])).replace_schema_metadata(None)
+    loose = pa.schema([f.with_nullable(True) for f in schema])
+    rows = rows if rows.schema.equals(loose) else rows.cast(loose)
     refuse_nulls(rows, schema)
     path.mkdir(parents=True, exist_ok=True)
     with removed_on_failure() as written:
