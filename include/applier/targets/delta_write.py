@@ -3,7 +3,8 @@
 A keyed table takes one MERGE on its primary key (deletes and upserts in one
 source, told apart by a marker column), or an overwrite after a truncate; a
 table without a key takes appended copies, or a rewrite of only the files
-holding copies to delete. A table seen first is created by its first rows.
+holding copies to delete. A table seen first is created by its first rows,
+written by pyarrow (:mod:`~applier.targets.delta_parquet`).
 :class:`~applier.targets.delta.DeltaTarget` decides whether to write at all
 (the cycle already held, an empty change) and tags the commit.
 """
