@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import gc
 import json
+import threading
+import time
 from pathlib import Path
 
 import pyarrow as pa
@@ -11,12 +13,14 @@ import pyarrow.parquet as pq
 import pytest
 
 from applier.engine.buffers import TransactionBuffers
+from applier.engine.changes import TableChanges
 from applier.engine.compiled import CompiledCycle
 from applier.engine.identity import NET_OP
 from applier.engine.queue import MemoryQueue
 from applier.engine.spill import read_spill
 from applier.intermediate.schema import Column, TableDef
 from applier.intermediate.writer import DAT_SCHEMA
+from applier.targets.per_table import apply_tables
 
 IMAGE = '{"id": 1, "v": "' + "x" * 80 + '"}'  # 98 bytes
 ROW_BYTES = 8 + 1 + len("s.t") + 1 + len(IMAGE)  # xid of one character: 111 bytes by the buffers' rule
@@ -187,3 +191,59 @@ def test_a_buffered_row_costs_what_it_weighs_with_thousands_of_small_transaction
         in_pair = _parquet_bytes(_pair_rows(0, transactions)) / transactions
         assert held / count <= 6 * in_pair, (shape, held / count, in_pair)
         buffers.close()
+
+
+class _Recorder:
+    """A per-table target that notes how many tables it holds at once (each held a moment)."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.now = self.most = 0
+        self.rows: dict[str, int] = {}
+
+    def apply_one(self, cycle_id: int, changes: TableChanges, part: object = None) -> tuple[bool, int, dict[str, int]]:
+        with self.lock:
+            self.now += 1
+            self.most = max(self.most, self.now)
+            self.rows[changes.table.name] = changes.upserts.num_rows
+        time.sleep(0.2)
+        with self.lock:
+            self.now -= 1
+        return True, cycle_id, {}
+
+
+def _compiled_tables(tmp_path: Path, budget: int) -> tuple[MemoryQueue, CompiledCycle]:
+    queue = MemoryQueue(budget)
+    names = [f"s.t{i}" for i in range(4)]
+    defs = {n: TableDef(n, (Column("id", "bigint", False), Column("v", "string", True)), ("id",)) for n in names}
+    compiled = CompiledCycle(defs, frozenset(), queue, tmp_path, "cfg")
+    for n in names:  # about 37 KB each
+        compiled.add(n, pa.table({NET_OP: ["I"] * 400, "id": pa.array(range(400), pa.int64()), "v": ["y" * 80] * 400}))
+    return queue, compiled
+
+
+def test_tables_are_taken_only_while_the_queue_has_room_for_them(tmp_path: Path) -> None:
+    queue, compiled = _compiled_tables(tmp_path / "small", 60_000)  # room for one table at a time
+    spooled = queue.cycle_figures()["spooled"]
+    assert queue.held <= queue.budget and len(spooled) >= 3
+    table_bytes = max(s["bytes"] for s in spooled)
+    target = _Recorder()
+    load = apply_tables(target, 4, 1, compiled)
+    assert target.most == 1 and target.rows == dict.fromkeys(compiled, 400) and sorted(load.held) == sorted(compiled)
+    # Over the budget by less than one table: the first is taken whatever else is held (four at once: three more).
+    assert queue.cycle_figures()["peak_bytes"] < queue.budget + table_bytes and queue.held_by_kind()["compiled"] == 0
+    compiled.close()
+
+    queue, compiled = _compiled_tables(tmp_path / "large", 10**8)  # room for all: four threads, four tables
+    target = _Recorder()
+    apply_tables(target, 4, 1, compiled)
+    assert target.most > 1 and target.rows == dict.fromkeys(compiled, 400)
+    compiled.close()
+
+
+def test_a_table_larger_than_the_queue_is_still_taken_alone(tmp_path: Path) -> None:
+    _, compiled = _compiled_tables(tmp_path, 20_000)  # each table alone is over the budget
+    target = _Recorder()
+    apply_tables(target, 4, 1, compiled)
+    assert target.most == 1 and target.rows == dict.fromkeys(compiled, 400)
+    compiled.close()

@@ -11,6 +11,12 @@ largest buffers spool to ``<spill_dir>/<configuration_name>_<table id>.spill``
 it calls :meth:`CompiledCycle.release`: the driver never holds the whole
 compiled cycle at once, only the buffers that fit the budget and the tables
 being applied.
+
+Targets that apply several tables at once ask :meth:`CompiledCycle.admit`
+first (flow control, as ER's full queue holds its sender back): a table is
+taken only while what it adds keeps the queue within its budget, or when no
+other table is being applied, so a table larger than the budget still goes,
+alone.
 """
 
 from __future__ import annotations
@@ -42,6 +48,7 @@ class _Buffer:
     memory_bytes: int = 0
     path: Path | None = None
     files: list[Path] = field(default_factory=list)
+    outside_bytes: int = 0  # in memory once read: its chunk files' and what spooled
     stats: dict[str, int] = field(default_factory=lambda: {"I": 0, "U": 0, "D": 0})
 
 
@@ -75,7 +82,9 @@ class CompiledCycle(Mapping[str, TableChanges]):
         self.configuration_name = configuration_name
         self._buffers = {name: _Buffer() for name in self.tables}
         self._in_flight: dict[str, int] = {}
+        self._admitted: dict[str, int] = {}  # admitted (:meth:`admit`), not yet taken: the bytes each will add
         self._lock = threading.Lock()
+        self._room = threading.Condition(self._lock)
         self.spill_created: list[dict[str, Any]] = []
         self.spill_removed: list[dict[str, Any]] = []
         self.file_bytes = 0
@@ -103,6 +112,7 @@ class CompiledCycle(Mapping[str, TableChanges]):
         """
         buffer = self._buffers[name]
         buffer.files.append(path)
+        buffer.outside_bytes += nbytes
         for op in ("I", "U", "D"):
             buffer.stats[op] += stats[op]
         self.file_bytes += nbytes
@@ -133,9 +143,26 @@ class CompiledCycle(Mapping[str, TableChanges]):
             self.spill_created.append({"file": buffer.path.name, "bytes": file_size(buffer.path)})
         self.queue.release("tables", buffer.memory_bytes)
         self.queue.note_spooled("tables", name, buffer.path.name, buffer.memory_bytes)
+        buffer.outside_bytes += buffer.memory_bytes
         buffer.chunks, buffer.memory_bytes = [], 0
 
     # ------------------------------------------------------------------ taking
+
+    def admit(self, name: str) -> None:
+        """Wait until taking ``name`` keeps the queue within its budget, or until no other table is being applied.
+
+        What ``name`` adds is what it holds outside memory (chunk files, its
+        spill file); tables admitted and not yet taken count as taken. Called
+        by each thread of a target before it takes a table, never by one that
+        holds a table it has not released (it would wait for itself).
+        """
+        adds = self._buffers[name].outside_bytes
+        with self._room:
+            while (self._in_flight or self._admitted) and (
+                self.queue.held + sum(self._admitted.values()) + adds > self.queue.budget
+            ):
+                self._room.wait()
+            self._admitted[name] = adds
 
     def __getitem__(self, name: str) -> TableChanges:
         """``name``'s net changes, read back from its spill file if it spooled; charged until :meth:`release`."""
@@ -147,19 +174,23 @@ class CompiledCycle(Mapping[str, TableChanges]):
         parts.extend(buffer.chunks)
         changes = to_table_changes(table, name in self.truncated, parts)
         size = changes.upserts.nbytes + changes.deletes.nbytes + (changes.counted.nbytes if changes.counted else 0)
+        self.queue.charge("compiled", size)
         with self._lock:
             self._in_flight[name] = self._in_flight.get(name, 0) + size
-        self.queue.charge("compiled", size)
+            self._admitted.pop(name, None)
         return changes
 
     def release(self, name: str) -> None:
         """The target is done with ``name``'s changes: they no longer count, nor do its buffered chunks."""
         with self._lock:
             size = self._in_flight.pop(name, 0)
+            self._admitted.pop(name, None)
         self.queue.release("compiled", size)
         buffer = self._buffers[name]
         self.queue.release("tables", buffer.memory_bytes)
         buffer.chunks, buffer.memory_bytes = [], 0
+        with self._room:
+            self._room.notify_all()
 
     def __iter__(self) -> Iterator[str]:
         return iter(self._buffers)
@@ -199,6 +230,12 @@ class CompiledCycle(Mapping[str, TableChanges]):
 
 _LIVE: dict[Path, int] = {}  # holders not yet closed, per compile folder
 _FOLDERS_LOCK = threading.Lock()
+
+
+def admit(changes: Mapping[str, TableChanges], name: str) -> None:
+    """Wait for room in a compiled cycle's queue before taking ``name`` (plain mappings, as in tests, need nothing)."""
+    if isinstance(changes, CompiledCycle):
+        changes.admit(name)
 
 
 def release(changes: Mapping[str, TableChanges], name: str) -> None:

@@ -8,7 +8,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Protocol
 
 from applier.engine.changes import TableChanges
-from applier.engine.compiled import release
+from applier.engine.compiled import admit, release
 from applier.targets import CycleLoad, Part
 
 
@@ -30,6 +30,9 @@ def apply_tables(
 ) -> CycleLoad:
     """Apply each table's changes in its own commit, ``threads`` tables at once (``part``: see ``Target.apply_cycle``).
 
+    A table is taken once the queue has room for it (:meth:`~applier.engine.compiled.CompiledCycle.admit`):
+    fewer tables at once when they are large against the queue-memory budget.
+
     A table already holding the cycle is skipped (a re-run after a crash
     between two table commits). The first failure is raised once the tables
     under way have finished; tables committed before it skip the cycle when it
@@ -40,6 +43,7 @@ def apply_tables(
     def one(name: str) -> tuple[str, bool, int, dict[str, int], float]:
         started = time.perf_counter()
         try:
+            admit(changes, name)  # flow control: the tables being applied stay within the queue's budget
             applied, held, found = target.apply_one(cycle_id, changes[name], part)
         finally:
             release(changes, name)

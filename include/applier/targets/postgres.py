@@ -36,7 +36,7 @@ import pyarrow as pa
 from psycopg import sql
 
 from applier.engine.changes import TableChanges
-from applier.engine.compiled import release
+from applier.engine.compiled import admit, release
 from applier.errors import TargetError
 from applier.intermediate.schema import TableDef, check_table_name
 from applier.targets import CycleLoad, Part, PassedTransaction, collisions, pg_apply, pg_exceptions
@@ -299,6 +299,7 @@ class PostgresTarget:
     def _stage(self, connection: int, n: int, name: str, changes: Mapping[str, TableChanges]) -> Staged:
         """Load one table's changes into staging table ``n`` on load connection ``connection``."""
         try:
+            admit(changes, name)  # flow control: the tables being staged stay within the queue's budget
             table = changes[name]
             rows = staging_rows(table)
             staged = Staged(table.table, self._stage_name(n), rows, rows.num_rows, table.truncate)
