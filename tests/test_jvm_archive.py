@@ -10,8 +10,15 @@ from pathlib import Path
 
 import pytest
 
+from applier.config import load_config
 from applier.engine.jvm_archive import ENV, archive_options, archive_path, make_archive, usable
-from applier.engine.session import DRIVER_JVM_OPTIONS, JVM_OPTIONS, driver_java_options
+from applier.engine.session import (
+    CLUSTER_DRIVER_JVM_OPTIONS,
+    DRIVER_JVM_OPTIONS,
+    JVM_OPTIONS,
+    driver_java_options,
+    spark_conf,
+)
 
 
 def test_the_options_name_the_archive_only_when_it_is_there(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -23,6 +30,17 @@ def test_the_options_name_the_archive_only_when_it_is_there(tmp_path: Path, monk
     assert driver_java_options().startswith(DRIVER_JVM_OPTIONS)
     monkeypatch.setenv(ENV, "off")
     assert archive_path() is None and driver_java_options() == DRIVER_JVM_OPTIONS
+
+
+def test_a_driver_whose_executors_are_elsewhere_keeps_a_small_young_generation(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv(ENV, "off")
+    assert driver_java_options("spark://127.0.0.1:7077") == f"{DRIVER_JVM_OPTIONS} {CLUSTER_DRIVER_JVM_OPTIONS}"
+    assert driver_java_options("local[2]") == driver_java_options() == DRIVER_JVM_OPTIONS  # its executors are in it
+    where = [f"intermediate_dir={tmp_path}", f"output_dir={tmp_path}", f"target.path={tmp_path}"]
+    config = load_config(None, ["configuration_name=c", *where, "spark.master=spark://127.0.0.1:7077"])
+    assert CLUSTER_DRIVER_JVM_OPTIONS in spark_conf(config)["spark.driver.extraJavaOptions"].split()
 
 
 def test_setup_made_this_installations_archive_and_a_damaged_copy_is_never_used(

@@ -44,17 +44,27 @@ DEFAULTS = {
 }
 
 
-def driver_java_options() -> str:
+# A driver whose executors are elsewhere (a cluster) only schedules, and its
+# young generation need not follow the machine: sized from the default initial
+# heap (1/64 of the memory), it reached 370-390 MiB of resident memory at 1.2M
+# and at 4.6M changes alike, give or take 50-80 MiB from one run to the next.
+CLUSTER_DRIVER_JVM_OPTIONS = "-Xmn64m"
+
+
+def driver_java_options(master: str = "local[*]") -> str:
     """The driver JVM's options: :data:`DRIVER_JVM_OPTIONS`, and the installation's class archive when there is one.
 
-    (:mod:`applier.engine.jvm_archive`: Spark's classes mapped ready-made, a start about 2 s sooner.)
+    (:mod:`applier.engine.jvm_archive`: Spark's classes mapped ready-made, a start about 2 s sooner.) With
+    executors elsewhere (``master`` not ``local``), also :data:`CLUSTER_DRIVER_JVM_OPTIONS`.
     """
-    return f"{DRIVER_JVM_OPTIONS} {archive_options()}".strip()
+    cluster = "" if master.startswith("local") else CLUSTER_DRIVER_JVM_OPTIONS
+    return f"{DRIVER_JVM_OPTIONS} {cluster} {archive_options()}".replace("  ", " ").strip()
 
 
 def spark_conf(config: Config) -> dict[str, str]:
     """The Spark properties of the run: the defaults, then ``spark.conf.*`` from the configuration."""
-    return {**DEFAULTS, "spark.driver.extraJavaOptions": driver_java_options(), **dict(config.spark.conf)}
+    driver = driver_java_options(config.spark.master)
+    return {**DEFAULTS, "spark.driver.extraJavaOptions": driver, **dict(config.spark.conf)}
 
 
 def start_spark(config: Config, *, set_master: bool = True) -> Any:
