@@ -58,7 +58,7 @@ def driver_java_options(master: str = "local[*]") -> str:
     executors elsewhere (``master`` not ``local``), also :data:`CLUSTER_DRIVER_JVM_OPTIONS`.
     """
     cluster = "" if master.startswith("local") else CLUSTER_DRIVER_JVM_OPTIONS
-    return f"{DRIVER_JVM_OPTIONS} {cluster} {archive_options()}".replace("  ", " ").strip()
+    return " ".join(option for option in (DRIVER_JVM_OPTIONS, cluster, archive_options()) if option)
 
 
 def spark_conf(config: Config) -> dict[str, str]:

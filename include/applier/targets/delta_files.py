@@ -12,7 +12,6 @@ table holds fewer copies than the log deletes, nothing is committed.
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable
 from pathlib import Path
 from urllib.parse import unquote
@@ -24,7 +23,7 @@ from deltalake import CommitProperties, DeltaTable
 from deltalake.transaction import AddAction, RemoveAction
 
 from applier.engine.changes import COUNT_COLUMN, take_copies, typed
-from applier.targets.delta_parquet import add_file, removed_on_failure
+from applier.targets.delta_parquet import add_file, now_ms, removed_on_failure
 
 
 def rewrite_copies(
@@ -72,7 +71,7 @@ def rewrite_copies(
                 continue
             remaining[active] -= removed
             rewritten += 1
-            actions.append(RemoveAction(entry["path"], True, int(time.time() * 1000), entry["size_bytes"], {}))
+            actions.append(RemoveAction(entry["path"], True, now_ms(), entry["size_bytes"], {}))
             kept = rows.filter(pa.array(keep))
             if kept.num_rows:
                 actions.append(add_file(root, kept, written))

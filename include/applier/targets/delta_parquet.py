@@ -44,7 +44,8 @@ FILE_BYTES = 128 * 2**20
 """Arrow bytes of rows per data file written here: a larger table is cut into files of about this much."""
 
 
-def _now_ms() -> int:
+def now_ms() -> int:
+    """Now, in milliseconds since the epoch: the time a file action carries."""
     return int(time.time() * 1000)
 
 
@@ -82,7 +83,7 @@ def add_file(root: Path, rows: pa.Table, written: list[Path]) -> AddAction:
     path = root / name
     written.append(path)
     pq.write_table(rows, path, compression="snappy", row_group_size=ROW_GROUP_ROWS)
-    return AddAction(name, path.stat().st_size, {}, _now_ms(), True, file_stats(rows))
+    return AddAction(name, path.stat().st_size, {}, now_ms(), True, file_stats(rows))
 
 
 @contextmanager
