@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -11,7 +12,13 @@ import pytest
 from deltalake import DeltaTable
 
 from applier.engine.checkpoint import CheckpointStore
+from applier.engine.groups import Group, GroupLimits, form_groups
+from applier.engine.parts import txn_shapes
+from applier.engine.reading import read_cycle
+from applier.engine.units import commit_order
 from applier.generate import generate_workload
+from applier.intermediate.pairs import list_pairs
+from applier.intermediate.stream import StreamValidator
 from engine_support import assert_target_equals_reference, make_config, run
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
@@ -112,6 +119,49 @@ def test_groups_and_log_order_apply_the_same_rows_as_one_compiled_cycle(
     else:
         assert modes == {"log order"} and len(groups) == summary.committed
         assert {g["reason"] for g in groups} == {"apply.compile is off"}
+
+
+def test_groups_cut_by_size_count_every_image_wherever_it_was_measured(
+    tmp_path: Path, spark: Any, target_settings: list[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Delta's compile job measures the images the groups' estimates need; PostgreSQL's driver measures them first.
+
+    Both cut the groups the driver's own measure gives (the images deciding
+    them), and on Delta the driver reads no image to measure it.
+    """
+    generate_workload(tmp_path / "in", seed=7, transactions=120, file_size_mb=0.04, profile="demo")
+    refs = list(list_pairs(tmp_path / "in").pairs)
+    validator = StreamValidator()
+    measured = read_cycle(refs, validator, defer_images=True)
+    tables = validator.state.tables
+    order = commit_order(measured.commits)
+    quarter = sum(t.cdb_bytes for t in txn_shapes(measured, {}, tables, order)) // 4
+    config = make_config(tmp_path, tmp_path / "in", target_settings, cdb_max_size_mb=quarter / 1024 / 1024)
+    limits = GroupLimits(config.apply.compile, config.apply.compile_max_cmds, int(quarter / 1024 / 1024 * 1024 * 1024))
+    expected = form_groups(txn_shapes(measured, {}, tables, order), limits)
+    unmeasured = replace(measured, longest_image={})  # the images decide the cuts
+    assert shape(form_groups(txn_shapes(unmeasured, {}, tables, order), limits)) != shape(expected)
+    if not target_settings:
+
+        def no_driver_measure(path: Path) -> None:
+            raise AssertionError(f"the driver measured {path}")
+
+        monkeypatch.setattr("applier.engine.reading.longest_images_in", no_driver_measure)
+        monkeypatch.setattr("applier.engine.measuring.longest_images_in", no_driver_measure)
+
+    summary = run(config, spark)
+
+    assert len(summary.reports) == 1
+    assert shape_of_report(summary.reports[0].groups) == shape(expected)
+    assert_target_equals_reference(config, tmp_path / "in")
+
+
+def shape(groups: list[Group]) -> list[tuple[int, int, int, str]]:
+    return [(len(g.txns), g.commands, g.cdb_bytes, g.mode) for g in groups]
+
+
+def shape_of_report(groups: list[dict[str, Any]]) -> list[tuple[int, int, int, str]]:
+    return [(g["transactions"], g["commands"], g["cdb_bytes"], g["mode"]) for g in groups if g["mode"] != "together"]
 
 
 def tables(config: Any) -> list[Path]:

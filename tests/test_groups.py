@@ -288,3 +288,105 @@ def test_a_cycles_shapes_follow_its_counts_and_buffered_rows() -> None:
         TxnShape("x3", 30, 8, estimate_cdb_bytes({"s.a": round(4.5), "s.b": round(3.5)}, sizes)),
         TxnShape("x4", 40, 0, estimate_cdb_bytes({}, sizes)),  # committed with no rows
     ]
+
+
+class MeasuredLater:
+    """:class:`~applier.engine.units.ImageSizes` whose compile measures ``size`` bytes per transaction."""
+
+    def __init__(self, n: int, size: int, truncating: set[int]) -> None:
+        self.n, self.size, self.truncating = n, size, truncating
+        self.measured = False
+
+    def pending(self) -> bool:
+        return not self.measured
+
+    def shapes(self) -> list[TxnShape]:
+        assert self.measured, "the shapes were asked for before the compile measured the images"
+        return [txn(i, size=self.size, truncates=i in self.truncating) for i in range(self.n)]
+
+
+def measured_cycle(target: TableByTable, sizes: MeasuredLater, limits: GroupLimits) -> tuple[CycleParts, list[list]]:
+    """A together cycle whose shapes wait for the compile (``size`` 1 each until then); the compiles it runs."""
+    compiles: list[list[list[str]]] = []
+
+    def compile_groups(groups: Sequence[Sequence[str]]) -> list[list[str]]:
+        compiles.append([list(g) for g in groups])
+        sizes.measured = True
+        return [list(g) for g in groups]
+
+    parts = CycleParts(
+        cycle_id=1,
+        order=[f"x{i}" for i in range(sizes.n)],
+        shapes=[txn(i, size=1, truncates=i in sizes.truncating) for i in range(sizes.n)],
+        apply_part=lambda part, xids: target.commit(xids),
+        compile_groups=compile_groups,
+        apply_compiled=lambda part, holder: target.commit(holder),
+        discard=lambda holder: None,
+        pass_transaction=lambda part, xid, error, action: target.passed.append(xid),
+        progress=lambda through, end, changed, passing: None,
+        describe=str,
+        errors=ErrorsConfig(actions=MappingProxyType({"check": "log"})),
+        limits=limits,
+        threshold=30,
+        together=True,
+        sizes=sizes,
+    )
+    return parts, compiles
+
+
+def test_groups_whose_sizes_the_compile_measures_are_formed_after_it_from_its_one_compile() -> None:
+    """Delta: the rest of the cycle is compiled once, grouped by the measured sizes, applied from that compile."""
+    target = TableByTable(bad=set())
+    parts, compiles = measured_cycle(target, MeasuredLater(12, 1_000, {7}), GroupLimits(cdb_max_bytes=3_500))
+    parts.apply_from(0, 0)
+    assert compiles == [[[f"x{i}" for i in range(12)]]]  # one compile job, of the whole cycle
+    assert target.parts == [[f"x{i}" for i in range(12)]]
+    # cut by the measured sizes (3 of 1,000 bytes fit in 3,500): with the sizes before it, there would be no cut
+    assert [(g["mode"], g["transactions"], g["cdb_bytes"]) for g in parts.groups] == [
+        ("compiled", 3, 3_000),
+        ("compiled", 3, 3_000),
+        ("compiled", 1, 1_000),
+        (LOG_ORDER, 1, 1_000),
+        ("compiled", 3, 3_000),
+        ("compiled", 1, 1_000),
+    ]
+    assert {g["applied"] for g in parts.groups} == {"together"}
+
+
+def test_a_cycle_whose_measured_sizes_make_one_group_is_applied_from_its_one_compile() -> None:
+    target = TableByTable(bad=set())
+    parts, compiles = measured_cycle(target, MeasuredLater(12, 10, set()), GroupLimits(cdb_max_bytes=3_500))
+    parts.apply_from(0, 0)
+    assert compiles == [[[f"x{i}" for i in range(12)]]] and target.parts == [[f"x{i}" for i in range(12)]]
+    assert [(g["mode"], g["transactions"], g["cdb_bytes"]) for g in parts.groups] == [("compiled", 12, 120)]
+
+
+def test_a_refused_cycle_whose_sizes_the_compile_measured_goes_group_by_group_by_those_sizes() -> None:
+    target = TableByTable(bad={"x4"})
+    parts, compiles = measured_cycle(target, MeasuredLater(12, 1_000, set()), GroupLimits(cdb_max_bytes=3_500))
+    parts.apply_from(0, 0)
+    assert target.passed == ["x4"]
+    assert compiles[0] == [[f"x{i}" for i in range(12)]]
+    # then the groups the measured sizes cut, compiled in one job, applied one by one; x4's group is split
+    assert compiles[1] == [[f"x{i}" for i in range(j, min(j + 3, 12))] for j in range(0, 12, 3)]
+    assert target.parts[0] == ["x0", "x1", "x2"] and target.parts[-2:] == [["x6", "x7", "x8"], ["x9", "x10", "x11"]]
+    assert [x for part in target.parts for x in part] == [f"x{i}" for i in range(12) if i != 4]
+
+
+def test_sizes_measured_in_the_compile_need_a_target_that_compiles_the_rest_as_one_part() -> None:
+    with pytest.raises(ValueError, match="as one part"):
+        CycleParts(
+            cycle_id=1,
+            order=["x0"],
+            shapes=[txn(0)],
+            apply_part=lambda part, xids: {},
+            compile_groups=lambda groups: [],
+            apply_compiled=lambda part, holder: {},
+            discard=lambda holder: None,
+            pass_transaction=lambda part, xid, error, action: None,
+            progress=lambda through, end, changed, passing: None,
+            describe=str,
+            errors=ErrorsConfig(),
+            together=False,
+            sizes=MeasuredLater(1, 10, set()),
+        )

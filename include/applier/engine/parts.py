@@ -24,6 +24,7 @@ from applier.engine.buffers import BufferedTxn
 from applier.engine.checkpoint import Intent
 from applier.engine.compile_local import PairCache
 from applier.engine.groups import GroupLimits, Shapes, estimate_cdb_bytes
+from applier.engine.measuring import measure_rest
 from applier.engine.reading import CycleInput
 from applier.engine.report import CycleReport
 from applier.engine.retry import RetryPolicy
@@ -76,6 +77,9 @@ def cycle_parts(context: PartContext) -> CycleParts:
     c.pairs.max_bytes = c.config.queue_memory_bytes // 2  # decoded pairs kept for the parts, beside the queue
     order = commit_order(c.cycle.commits)
     apply = c.config.apply
+    whole = compiles_whole(c.config, c.target)
+    if c.cycle.unmeasured and not whole:
+        measure_rest(c.cycle)  # the groups shape this target's compile: their estimates come first
     limits = GroupLimits(apply.compile, apply.compile_max_cmds, int(apply.cdb_max_size_mb * 1024 * 1024))
     return CycleParts(
         cycle_id=c.cycle_id,
@@ -97,7 +101,34 @@ def cycle_parts(context: PartContext) -> CycleParts:
         threshold=apply.compile_retry_threshold,
         splits=c.target.atomic_cycles,
         together=apply.compile and not c.target.atomic_cycles,
+        sizes=_MeasuredSizes(c, order) if c.cycle.unmeasured and order else None,
     )
+
+
+def compiles_whole(config: Config, target: Target) -> bool:
+    """Whether what is left of a cycle is compiled as one part whatever its groups.
+
+    So it is on a target whose tables commit one by one and that has no log
+    order of its own (Delta): its cycle's compile job can then measure the
+    images the groups' estimates need (:mod:`~applier.engine.measuring`).
+    """
+    return config.apply.compile and not target.atomic_cycles and not target.log_order
+
+
+@dataclass
+class _MeasuredSizes:
+    """A cycle's shapes once its compile job measured its images (:class:`~applier.engine.units.ImageSizes`)."""
+
+    context: PartContext
+    order: Sequence[str]
+
+    def pending(self) -> bool:
+        return bool(self.context.cycle.unmeasured)
+
+    def shapes(self) -> Shapes:
+        c = self.context
+        measure_rest(c.cycle)
+        return txn_shapes(c.cycle, c.taken, c.tables, self.order)
 
 
 def txn_shapes(

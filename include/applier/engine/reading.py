@@ -75,7 +75,12 @@ class CycleInput:
             (columns ``xid``, ``table``, ``rows``).
             In Arrow, not in Python maps: a cycle of 392,000 transactions held
             70 MiB of ``(xid, table)`` keys.
-        longest_image: per table, its longest image in these pairs (bytes).
+        longest_image: per table, its longest image in these pairs (bytes), once
+            :attr:`unmeasured` is empty.
+        unmeasured: the pairs whose images are still to be measured for
+            :attr:`longest_image`, by the compile job's read tasks or the driver
+            (:mod:`~applier.engine.measuring`; shared by narrowed parts, as
+            :attr:`unchecked` is).
         commit_ends: per pair holding commits, in order, ``(its last commit's lsn,
             its seq)``: where :meth:`commit_seq` finds the pair of a commit.
         autocorrect: tables a nonatomic materialization copies in these pairs (``cdc.autocorrect``).
@@ -96,6 +101,7 @@ class CycleInput:
     table_rows: Counter[str] = field(default_factory=Counter)
     counts: list[pa.Table] = field(default_factory=list)
     longest_image: dict[str, int] = field(default_factory=dict)
+    unmeasured: set[int] = field(default_factory=set)
     commit_ends: list[tuple[int, int]] = field(default_factory=list)
     autocorrect: set[str] = field(default_factory=set)
     unchecked: dict[int, dict[str, TableDef]] = field(default_factory=dict)
@@ -200,7 +206,8 @@ def _note_pair(into: CycleInput, pair: Pair) -> None:
         begun_at.pop(xid, None)
 
 
-def _note_images(into: CycleInput, longest: Mapping[str, int]) -> None:
+def note_images(into: CycleInput, longest: Mapping[str, int]) -> None:
+    """Keep in ``into`` the larger of each table's longest image and ``longest``'s."""
     for table, n in longest.items():
         into.longest_image[table] = max(into.longest_image.get(table, 0), n)
 
@@ -244,6 +251,7 @@ def read_cycle(
     check_rows: bool = True,
     checker: PairChecker | None = None,
     defer_images: bool = False,
+    measure: bool = True,
 ) -> CycleInput:
     """Read and check the planned pairs in order, stopping at the first refused one.
 
@@ -254,6 +262,9 @@ def read_cycle(
         checker: worker processes that check row images of large cycles.
         defer_images: leave the row images to be checked later (the compile
             job, or :func:`check_in_driver`), listing the pairs in ``unchecked``.
+        measure: measure the images of pairs not read whole here, beside the
+            reading; if not, they are listed in ``unmeasured`` for the compile
+            job to measure (:mod:`~applier.engine.measuring`).
 
     Returns:
         The accepted pairs and their transactions; ``refused`` holds the error
@@ -277,7 +288,10 @@ def read_cycle(
                     break
                 _note_pair(result, pair)
                 if "after" in pair.data.column_names:
-                    _note_images(result, longest_images(pair.data))
+                    note_images(result, longest_images(pair.data))
+                elif (check_rows or defer_images) and not measure:  # the compile job measures them
+                    if pair.data.num_rows:
+                        result.unmeasured.add(pair.seq)
                 elif check_rows or defer_images:  # a re-read (nothing checked, nothing deferred) needs no sizes
                     measured.append(measuring.submit(longest_images_in, ref.dat_path))
                 if defer_images and pair.data.num_rows:
@@ -285,7 +299,7 @@ def read_cycle(
                 if not pair.digest_checked:
                     result.digests[pair.seq] = pair.header.dat_sha256
             for sizes in measured:
-                _note_images(result, sizes.result())
+                note_images(result, sizes.result())
         finally:
             for pending in checks.values():
                 pending.cancel()

@@ -36,7 +36,7 @@ from applier.engine.compiled import CompiledCycle
 from applier.engine.driver_memory import return_freed_memory
 from applier.engine.ledger import Clock, LedgerCycle, RunJournal, RunLedger, utc_now
 from applier.engine.ledger_cycles import RECENT_CYCLES, CycleTally
-from applier.engine.parts import PartContext, cycle_parts
+from applier.engine.parts import PartContext, compiles_whole, cycle_parts
 from applier.engine.queue import MemoryQueue
 from applier.engine.reading import (
     CycleInput,
@@ -282,7 +282,8 @@ class Applier:
             return None
         started = time.perf_counter()
         driver_checks = refs[0].seq <= self._check_in_driver_through
-        cycle = read_cycle(refs, validator, checker=self.checker, defer_images=not driver_checks)
+        measure = not compiles_whole(self.config, self.target)  # else the compile job measures the images
+        cycle = read_cycle(refs, validator, checker=self.checker, defer_images=not driver_checks, measure=measure)
         cycle.read_seconds = time.perf_counter() - started
         if not cycle.pairs:
             assert cycle.refused is not None

@@ -36,8 +36,10 @@ from pyspark.sql import DataFrame
 
 from applier.engine.buffers import BufferedTxn
 from applier.engine.image_checks import Refused
+from applier.engine.measuring import merge_longest, record_lengths
 from applier.engine.reading import CycleInput, pairs_holding, spill_inputs
 from applier.engine.spill import read_spill
+from applier.engine.touches import longest_images
 from applier.engine.worker_path import prepare_worker
 from applier.intermediate.pairs import DAT_COLUMNS
 from applier.intermediate.reader import DIGEST_MISMATCH, digest_mismatch
@@ -101,11 +103,15 @@ class ReadTasks:
         tasks: the read tasks, in groups; a group runs as one Spark task (:meth:`numbers`).
         keep_all: the tasks' rows include those of transactions not committed
             here (pairs whose images the job checks).
+        measure_into: a folder where each task reading a pair writes the
+            longest image per table of every row it read
+            (:func:`~applier.engine.measuring.record_lengths`); empty: none.
     """
 
     spark: Any
     tasks: tuple[tuple[ReadTask, ...], ...]
     keep_all: bool = False
+    measure_into: str = ""
 
     def numbers(self) -> DataFrame:
         """The groups' numbers, one per partition: a ``mapInArrow`` over it runs each group as a Spark task.
@@ -120,7 +126,8 @@ class ReadTasks:
 
         A ``mapInArrow`` over :meth:`numbers`: the rows never cross into the JVM; ``ddl`` is ``function``'s output.
         """
-        return self.numbers().mapInArrow(functools.partial(_read_then, self.tasks, self.keep_all, function), ddl)
+        read = functools.partial(_read_then, self.tasks, self.keep_all, self.measure_into, function)
+        return self.numbers().mapInArrow(read, ddl)
 
     def rows(self) -> DataFrame:
         """The tasks' rows as a DataFrame (:data:`ROWS_DDL`), for a job other than the compile."""
@@ -130,10 +137,11 @@ class ReadTasks:
 def _read_then(
     tasks: Sequence[Sequence[ReadTask]],
     keep_all: bool,
+    measure_into: str,
     function: Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]],
     numbers: Iterable[pa.RecordBatch],
 ) -> Iterator[pa.RecordBatch]:
-    return function(task_rows(tasks, numbers, keep_all=keep_all))
+    return function(task_rows(tasks, numbers, keep_all=keep_all, measure_into=measure_into))
 
 
 def read_tasks(
@@ -183,7 +191,11 @@ def commits_of(commits: Mapping[str, int], xids: Collection[str]) -> pa.Table:
 
 
 def task_rows(
-    tasks: Sequence[Sequence[ReadTask]], numbers: Iterable[pa.RecordBatch], *, keep_all: bool = False
+    tasks: Sequence[Sequence[ReadTask]],
+    numbers: Iterable[pa.RecordBatch],
+    *,
+    keep_all: bool = False,
+    measure_into: str = "",
 ) -> Iterator[pa.RecordBatch]:
     """The rows the read tasks of a partition hold, batch by batch, in the columns of :data:`ROWS_DDL`.
 
@@ -193,20 +205,28 @@ def task_rows(
         keep_all: keep the rows of a pair's transactions not committed here
             too, with a null ``commit_lsn`` (a pair whose images are checked).
             Buffered rows are all committed.
+        measure_into: where a task reading a pair records its rows' longest
+            images, once it has read them all (see :class:`ReadTasks`).
     """
     prepare_worker()
     groups = (tasks[number] for batch in numbers for number in batch.column(0).to_pylist())
-    yield from _coalesced(rows for group in groups for task in group for rows in _task_rows(task, keep_all))
+    read = functools.partial(_task_rows, keep_all=keep_all, measure_into=measure_into)
+    yield from _coalesced(rows for group in groups for task in group for rows in read(task))
 
 
-def _task_rows(task: ReadTask, keep_all: bool) -> Iterator[pa.RecordBatch]:
+def _task_rows(task: ReadTask, *, keep_all: bool, measure_into: str) -> Iterator[pa.RecordBatch]:
     if task.digest and task.seq is not None and (mismatch := digest_mismatch(task.path, task.digest)) is not None:
         raise Refused(task.seq, mismatch, DIGEST_MISMATCH)
     xids, lsns = task.commits.column("xid").combine_chunks(), task.commits.column("commit_lsn").combine_chunks()
+    longest: dict[str, int] | None = {} if measure_into and task.seq is not None else None
     for rows in _coalesced(_file_batches(task.path, task.seq is not None, task.part, task.parts)):
+        if longest is not None:  # every row of the pair, kept or not: the cycle's longest images
+            merge_longest(longest, longest_images(rows))
         at = pc.index_in(rows.column("xid"), value_set=xids)
         rows = _with_columns(rows, pc.take(lsns, at), task.seq)
         yield rows if keep_all and task.seq is not None else rows.filter(pc.is_valid(at))
+    if longest is not None and task.seq is not None:
+        record_lengths(measure_into, task.seq, task.part, task.parts, longest)
 
 
 def _coalesced(batches: Iterable[pa.RecordBatch], rows: int = BATCH_ROWS) -> Iterator[pa.RecordBatch]:

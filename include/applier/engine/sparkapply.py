@@ -27,6 +27,7 @@ from applier.engine.compile_local import (
     part_rows,
 )
 from applier.engine.compiled import CompiledCycle
+from applier.engine.measuring import note_measured
 from applier.engine.netting import compile_partitions
 from applier.engine.reading import CycleInput, check_in_driver, pairs_holding, spill_inputs
 from applier.engine.report import CycleReport
@@ -219,6 +220,8 @@ def _compile_in_spark(
     checks = dict(cycle.unchecked) or None  # the first job of the cycle checks its pairs' images
     tasks = read_tasks(spark, cycle, taken, memory_file, checks=checks is not None)
     assert tasks is not None  # compile_committed found input
+    if cycle.unmeasured:  # the first job of the cycle measures its pairs' images too
+        tasks = replace(tasks, measure_into=str(holders[0].folder))
     input_bytes = cycle.bytes + sum(t.bytes for t in taken.values())
     partitions = compile_partitions(input_bytes, int(spark.conf.get("spark.sql.shuffle.partitions")))
     compile_cycle(
@@ -232,6 +235,8 @@ def _compile_in_spark(
         groups=list(zip(bounds, holders[1:], strict=True)),
         checks=checks,
     )
+    if tasks.measure_into:
+        note_measured(cycle, holders[0].folder)
     cycle.checked()
 
 

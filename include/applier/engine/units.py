@@ -29,7 +29,7 @@ import functools
 import logging
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 
@@ -57,6 +57,16 @@ def then(before: Changed, after: Changed) -> Changed:
         was_truncated, was = out.get(table, (False, 0))
         out[table] = (True, delta) if truncated else (was_truncated, was + delta)
     return out
+
+
+class ImageSizes(Protocol):
+    """A cycle's size estimates, waiting for the images its compile job measures (:mod:`applier.engine.measuring`)."""
+
+    def pending(self) -> bool:
+        """Whether pairs are left to measure, which a compile of what is left would measure."""
+
+    def shapes(self) -> Sequence[TxnShape]:
+        """The cycle's shapes with every pair measured (the driver measures any pair left)."""
 
 
 @dataclass
@@ -92,6 +102,10 @@ class CycleParts:
         together: apply the groups of what is left of the cycle as one
             compiled part first, and group by group only when the target
             refuses it (:meth:`apply_from`).
+        sizes: None when ``shapes`` are final. Otherwise (with ``together``, no ``apply_log_order``)
+            their size estimates wait for the images the compile job measures:
+            what is left of the cycle is compiled first, as the one part it is
+            applied as, and the groups are formed from :meth:`ImageSizes.shapes`.
     """
 
     cycle_id: int
@@ -111,16 +125,23 @@ class CycleParts:
     threshold: int = 100
     splits: bool = True
     together: bool = False
+    sizes: ImageSizes | None = None
     changed: Changed = field(default_factory=dict)
     groups: list[dict[str, object]] = field(default_factory=list)
     passed: list[dict[str, object]] = field(default_factory=list)
     _shapes: Shapes = field(init=False)
 
     def __post_init__(self) -> None:
-        self._shapes = shapes_of(self.shapes)
-        xids = self._shapes.xids
+        self._shapes = self._checked(self.shapes)
+        if self.sizes is not None and not (self.together and self.apply_log_order is None):
+            raise ValueError("only a target that applies a cycle's groups as one part measures images in the compile")
+
+    def _checked(self, shapes: Sequence[TxnShape]) -> Shapes:
+        made = shapes_of(shapes)
+        xids = made.xids
         if xids is not self.order and (len(xids) != len(self.order) or list(xids) != list(self.order)):
             raise ValueError("the shapes are not those of the cycle's transactions, in commit order")
+        return made
 
     def apply_from(self, through: int, part_end: int, changed: Changed | None = None) -> Changed:
         """Apply the transactions from ``through`` on: first the part under way up to ``part_end``, if any.
@@ -152,11 +173,12 @@ class CycleParts:
         if part_end:
             self._run(self._range(through, part_end), self._apply)
             through = part_end
+        holder = self._measured(through)
         groups = form_groups(self._shapes[through:], self.limits)
-        if len(groups) == 1 and groups[0].compiled:
-            self._run(groups[0], self._apply)
+        if len(groups) == 1 and (groups[0].compiled or holder is not None):
+            self._run(groups[0], functools.partial(self._apply, holder=holder))
             return self.changed
-        if self.together and len(groups) > 1 and self._together(groups):
+        if self.together and len(groups) > 1 and self._together(groups, holder):
             return self.changed
         compiled = [g for g in groups if g.compiled]
         made = self.compile_groups([g.xids for g in compiled]) if compiled else []
@@ -169,11 +191,31 @@ class CycleParts:
                 self.discard(holder)
         return self.changed
 
-    def _together(self, groups: Sequence[Group]) -> bool:
-        """Apply ``groups`` as one compiled part; False when the target refused it with nothing applied."""
+    def _measured(self, through: int) -> Any:
+        """Make the shapes final (:attr:`sizes`); the holder of what is left, when compiling it measured its images.
+
+        A target that applies what is left as one compiled part whatever its
+        groups (``together``, no log order of its own) compiles the same part
+        before and after its groups are known.
+        """
+        sizes, self.sizes = self.sizes, None
+        if sizes is None:
+            return None
+        made = self.compile_groups([self.order[through:]]) if sizes.pending() and through < len(self.order) else []
+        try:
+            self._shapes = self._checked(sizes.shapes())
+        except BaseException:
+            for holder in made:
+                self.discard(holder)
+            raise
+        return made[0] if made else None
+
+    def _together(self, groups: Sequence[Group], holder: Any = None) -> bool:
+        """Apply ``groups`` as one compiled part (from ``holder``, if compiled); False when the target refused it with
+        nothing applied."""
         whole = self._range(self._place(groups[0].txns[0]), self._place(groups[-1].txns[-1]) + 1)  # runs in order
         try:
-            self._apply(whole)
+            self._apply(whole, holder)
         except TargetError as e:
             if not self._splittable(e):
                 raise
