@@ -296,17 +296,18 @@ class MeasuredLater:
     def __init__(self, n: int, size: int, truncating: set[int]) -> None:
         self.n, self.size, self.truncating = n, size, truncating
         self.measured = False
+        self.by_driver = False  # asked before a compile measured: the driver measured the images itself
 
     def pending(self) -> bool:
         return not self.measured
 
     def shapes(self) -> list[TxnShape]:
-        assert self.measured, "the shapes were asked for before the compile measured the images"
+        self.by_driver = not self.measured
         return [txn(i, size=self.size, truncates=i in self.truncating) for i in range(self.n)]
 
 
 def measured_cycle(target: TableByTable, sizes: MeasuredLater, limits: GroupLimits) -> tuple[CycleParts, list[list]]:
-    """A together cycle whose shapes wait for the compile (``size`` 1 each until then); the compiles it runs."""
+    """A together cycle whose shapes wait for the compile (none but the order until then); the compiles it runs."""
     compiles: list[list[list[str]]] = []
 
     def compile_groups(groups: Sequence[Sequence[str]]) -> list[list[str]]:
@@ -317,7 +318,7 @@ def measured_cycle(target: TableByTable, sizes: MeasuredLater, limits: GroupLimi
     parts = CycleParts(
         cycle_id=1,
         order=[f"x{i}" for i in range(sizes.n)],
-        shapes=[txn(i, size=1, truncates=i in sizes.truncating) for i in range(sizes.n)],
+        shapes=[txn(i, commands=0, size=0) for i in range(sizes.n)],
         apply_part=lambda part, xids: target.commit(xids),
         compile_groups=compile_groups,
         apply_compiled=lambda part, holder: target.commit(holder),
@@ -337,9 +338,11 @@ def measured_cycle(target: TableByTable, sizes: MeasuredLater, limits: GroupLimi
 def test_groups_whose_sizes_the_compile_measures_are_formed_after_it_from_its_one_compile() -> None:
     """Delta: the rest of the cycle is compiled once, grouped by the measured sizes, applied from that compile."""
     target = TableByTable(bad=set())
-    parts, compiles = measured_cycle(target, MeasuredLater(12, 1_000, {7}), GroupLimits(cdb_max_bytes=3_500))
+    sizes = MeasuredLater(12, 1_000, {7})
+    parts, compiles = measured_cycle(target, sizes, GroupLimits(cdb_max_bytes=3_500))
     parts.apply_from(0, 0)
     assert compiles == [[[f"x{i}" for i in range(12)]]]  # one compile job, of the whole cycle
+    assert not sizes.by_driver
     assert target.parts == [[f"x{i}" for i in range(12)]]
     # cut by the measured sizes (3 of 1,000 bytes fit in 3,500): with the sizes before it, there would be no cut
     assert [(g["mode"], g["transactions"], g["cdb_bytes"]) for g in parts.groups] == [
@@ -351,6 +354,18 @@ def test_groups_whose_sizes_the_compile_measures_are_formed_after_it_from_its_on
         ("compiled", 1, 1_000),
     ]
     assert {g["applied"] for g in parts.groups} == {"together"}
+
+
+def test_a_resumed_part_is_sized_by_the_driver_before_it_is_applied_and_the_rest_grouped_by_those_sizes() -> None:
+    """A re-run resuming inside the cycle has no compile of the rest to wait for: the driver measures first."""
+    target = TableByTable(bad=set())
+    sizes = MeasuredLater(12, 1_000, set())
+    parts, compiles = measured_cycle(target, sizes, GroupLimits(cdb_max_bytes=3_500))
+    parts.apply_from(4, 6)
+    assert sizes.by_driver
+    assert target.parts == [["x4", "x5"], [f"x{i}" for i in range(6, 12)]]
+    assert [(g["transactions"], g["cdb_bytes"]) for g in parts.groups] == [(2, 2_000), (3, 3_000), (3, 3_000)]
+    assert compiles == []  # the part and then the rest, each compiled as it is applied
 
 
 def test_a_cycle_whose_measured_sizes_make_one_group_is_applied_from_its_one_compile() -> None:

@@ -77,14 +77,14 @@ def cycle_parts(context: PartContext) -> CycleParts:
     c.pairs.max_bytes = c.config.queue_memory_bytes // 2  # decoded pairs kept for the parts, beside the queue
     order = commit_order(c.cycle.commits)
     apply = c.config.apply
-    whole = compiles_whole(c.config, c.target)
-    if c.cycle.unmeasured and not whole:
+    if c.cycle.unmeasured and not compiles_whole(c.config, c.target):
         measure_rest(c.cycle)  # the groups shape this target's compile: their estimates come first
+    later = _MeasuredSizes(c, order) if c.cycle.unmeasured and order else None
     limits = GroupLimits(apply.compile, apply.compile_max_cmds, int(apply.cdb_max_size_mb * 1024 * 1024))
     return CycleParts(
         cycle_id=c.cycle_id,
         order=order,
-        shapes=txn_shapes(c.cycle, c.taken, c.tables, order),
+        shapes=txn_shapes(c.cycle, c.taken, c.tables, order) if later is None else _unsized(c.cycle, order),
         apply_part=lambda part, xids: _apply_part(c, part, xids),
         compile_groups=lambda groups: _compile_groups(c, groups),
         apply_compiled=lambda part, holder: apply_compiled(
@@ -101,8 +101,15 @@ def cycle_parts(context: PartContext) -> CycleParts:
         threshold=apply.compile_retry_threshold,
         splits=c.target.atomic_cycles,
         together=apply.compile and not c.target.atomic_cycles,
-        sizes=_MeasuredSizes(c, order) if c.cycle.unmeasured and order else None,
+        sizes=later,
     )
+
+
+def _unsized(cycle: CycleInput, order: Sequence[str]) -> Shapes:
+    """The cycle's transactions in commit order with their commit lsns alone, until :class:`_MeasuredSizes` is asked."""
+    none = np.zeros(len(order), np.int64)
+    lsns = np.fromiter((cycle.commits[xid] for xid in order), np.int64, len(order))
+    return Shapes(order, lsns, none, none, none.astype(np.bool_))
 
 
 def compiles_whole(config: Config, target: Target) -> bool:

@@ -103,9 +103,10 @@ class CycleParts:
             compiled part first, and group by group only when the target
             refuses it (:meth:`apply_from`).
         sizes: None when ``shapes`` are final. Otherwise (with ``together``, no ``apply_log_order``)
-            their size estimates wait for the images the compile job measures:
+            the size estimates wait for the images the compile job measures:
             what is left of the cycle is compiled first, as the one part it is
-            applied as, and the groups are formed from :meth:`ImageSizes.shapes`.
+            applied as, and the groups are formed from :meth:`ImageSizes.shapes`;
+            ``shapes`` need hold only the order and the commit lsns until then.
     """
 
     cycle_id: int
@@ -171,6 +172,7 @@ class CycleParts:
         """
         self.changed = dict(changed or {})
         if part_end:
+            self._measured(through, compile_rest=False)  # a resumed part: the driver measures what no job did
             self._run(self._range(through, part_end), self._apply)
             through = part_end
         holder = self._measured(through)
@@ -191,7 +193,7 @@ class CycleParts:
                 self.discard(holder)
         return self.changed
 
-    def _measured(self, through: int) -> Any:
+    def _measured(self, through: int, *, compile_rest: bool = True) -> Any:
         """Make the shapes final (:attr:`sizes`); the holder of what is left, when compiling it measured its images.
 
         A target that applies what is left as one compiled part whatever its
@@ -201,7 +203,8 @@ class CycleParts:
         sizes, self.sizes = self.sizes, None
         if sizes is None:
             return None
-        made = self.compile_groups([self.order[through:]]) if sizes.pending() and through < len(self.order) else []
+        rest = compile_rest and sizes.pending() and through < len(self.order)
+        made = self.compile_groups([self.order[through:]]) if rest else []
         try:
             self._shapes = self._checked(sizes.shapes())
         except BaseException:
