@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import random
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from types import MappingProxyType
+from typing import Any
 
 import pyarrow as pa
 import pytest
@@ -13,10 +14,11 @@ from applier.advise.arithmetic import LAYOUT_64, expanded_row_size
 from applier.config import ErrorsConfig
 from applier.engine.groups import LOG_ORDER, Group, GroupLimits, Shapes, TxnShape, estimate_cdb_bytes, form_groups
 from applier.engine.split import RetryOutcome, attempt_bound, enhanced_retry, split_group
-from applier.engine.units import Changed, CycleParts
+from applier.engine.units import Changed, CycleParts, ImageSizes
 from applier.errors import TargetError
 
 MIB = 1024 * 1024
+FIFTY_COMMANDS = GroupLimits(max_cmds=50)
 
 
 def txn(n: int, commands: int = 10, size: int = 1_000, truncates: bool = False) -> TxnShape:
@@ -199,23 +201,34 @@ class TableByTable:
         self.parts.append(list(xids))
         return {}
 
-    def cycle(self, n: int, truncating: set[int], *, together: bool) -> CycleParts:
-        shapes = [txn(i, truncates=i in truncating) for i in range(n)]
+    def cycle(
+        self,
+        n: int,
+        truncating: set[int],
+        *,
+        together: bool,
+        limits: GroupLimits = FIFTY_COMMANDS,
+        compile_groups: Callable[[Sequence[Sequence[str]]], list[Any]] | None = None,
+        sizes: ImageSizes | None = None,
+    ) -> CycleParts:
+        """A cycle of ``n`` transactions; with ``sizes``, their shapes hold only the order until measured."""
+        shapes = [txn(i, commands=0, size=0) if sizes else txn(i, truncates=i in truncating) for i in range(n)]
         return CycleParts(
             cycle_id=1,
             order=[t.xid for t in shapes],
             shapes=shapes,
             apply_part=lambda part, xids: self.commit(xids),
-            compile_groups=lambda groups: [list(g) for g in groups],
+            compile_groups=compile_groups or (lambda groups: [list(g) for g in groups]),
             apply_compiled=lambda part, holder: self.commit(holder),
             discard=lambda holder: None,
             pass_transaction=lambda part, xid, error, action: self.passed.append(xid),
             progress=lambda through, end, changed, passing: None,
             describe=str,
             errors=ErrorsConfig(actions=MappingProxyType({"check": "log"})),
-            limits=GroupLimits(max_cmds=50),
+            limits=limits,
             threshold=30,
             together=together,
+            sizes=sizes,
         )
 
 
@@ -315,24 +328,9 @@ def measured_cycle(target: TableByTable, sizes: MeasuredLater, limits: GroupLimi
         sizes.measured = True
         return [list(g) for g in groups]
 
-    parts = CycleParts(
-        cycle_id=1,
-        order=[f"x{i}" for i in range(sizes.n)],
-        shapes=[txn(i, commands=0, size=0) for i in range(sizes.n)],
-        apply_part=lambda part, xids: target.commit(xids),
-        compile_groups=compile_groups,
-        apply_compiled=lambda part, holder: target.commit(holder),
-        discard=lambda holder: None,
-        pass_transaction=lambda part, xid, error, action: target.passed.append(xid),
-        progress=lambda through, end, changed, passing: None,
-        describe=str,
-        errors=ErrorsConfig(actions=MappingProxyType({"check": "log"})),
-        limits=limits,
-        threshold=30,
-        together=True,
-        sizes=sizes,
-    )
-    return parts, compiles
+    return target.cycle(
+        sizes.n, sizes.truncating, together=True, limits=limits, compile_groups=compile_groups, sizes=sizes
+    ), compiles
 
 
 def test_groups_whose_sizes_the_compile_measures_are_formed_after_it_from_its_one_compile() -> None:
