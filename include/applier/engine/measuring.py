@@ -27,18 +27,12 @@ import os
 from collections.abc import Mapping
 from pathlib import Path
 
-from applier.engine.reading import CycleInput, longest_images_in, note_images
+from applier.engine.reading import CycleInput, longest_images_in
+from applier.engine.touches import merge_longest
 
 LENGTHS_PREFIX = "images-"
 """Names the files of a compile job's folder that hold a read task's longest images (:func:`record_lengths`):
 ``images-<seq>-<part>-<parts>.json``."""
-
-
-def merge_longest(into: dict[str, int], longest: Mapping[str, int]) -> None:
-    """Keep in ``into`` the larger of each table's longest image."""
-    for table, n in longest.items():
-        if n > into.get(table, 0):
-            into[table] = n
 
 
 def record_lengths(folder: str, seq: int, part: int, parts: int, longest: Mapping[str, int]) -> None:
@@ -66,7 +60,7 @@ def note_measured(cycle: CycleInput, folder: Path) -> None:
     for seq, found in sorted(parts.items()):
         if seq in cycle.unmeasured and len(found) == expected[seq]:
             for path in found.values():
-                note_images(cycle, json.loads(path.read_text(encoding="utf-8")))
+                merge_longest(cycle.longest_image, json.loads(path.read_text(encoding="utf-8")))
             cycle.unmeasured.discard(seq)
         for path in found.values():
             path.unlink()
@@ -76,5 +70,5 @@ def measure_rest(cycle: CycleInput) -> None:
     """Measure here the images of the pairs no compile job measured (:attr:`~CycleInput.unmeasured`)."""
     for ref in cycle.pairs:
         if ref.seq in cycle.unmeasured:
-            note_images(cycle, longest_images_in(ref.dat_path))
+            merge_longest(cycle.longest_image, longest_images_in(ref.dat_path))
     cycle.unmeasured.clear()

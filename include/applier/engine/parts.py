@@ -108,8 +108,11 @@ def cycle_parts(context: PartContext) -> CycleParts:
 def _unsized(cycle: CycleInput, order: Sequence[str]) -> Shapes:
     """The cycle's transactions in commit order with their commit lsns alone, until :class:`_MeasuredSizes` is asked."""
     none = np.zeros(len(order), np.int64)
-    lsns = np.fromiter((cycle.commits[xid] for xid in order), np.int64, len(order))
-    return Shapes(order, lsns, none, none, none.astype(np.bool_))
+    return Shapes(order, _commit_lsns(cycle, order), none, none, none.astype(np.bool_))
+
+
+def _commit_lsns(cycle: CycleInput, order: Sequence[str]) -> np.ndarray:
+    return np.fromiter((cycle.commits[xid] for xid in order), np.int64, len(order))
 
 
 def compiles_whole(config: Config, target: Target) -> bool:
@@ -176,7 +179,7 @@ def txn_shapes(
         cdb_bytes[i] = estimate_cdb_bytes({table: round(n) for table, n in shares.items()}, sizes)
     truncating = {xid for xid, _ in cycle.truncates} | {x for x, t in taken.items() if t.truncates}
     truncates = np.fromiter((xid in truncating for xid in order), np.bool_, len(order))
-    commit_lsns = np.fromiter((cycle.commits[xid] for xid in order), np.int64, len(order))
+    commit_lsns = _commit_lsns(cycle, order)
     return Shapes(order, commit_lsns, commands, cdb_bytes, truncates)
 
 

@@ -37,7 +37,7 @@ import pyarrow.parquet as pq
 from applier.engine.buffers import BufferedTxn, TransactionBuffers
 from applier.engine.checking import PairChecker
 from applier.engine.checkpoint import Checkpoint
-from applier.engine.touches import Truncate, longest_images, table_row_counts, truncate_rows
+from applier.engine.touches import Truncate, longest_images, merge_longest, table_row_counts, truncate_rows
 from applier.errors import GapError, IntermediateFileError, LateImageRefusal
 from applier.intermediate.pairs import DAT_COLUMNS, PairRef, list_pairs, pair_name
 from applier.intermediate.reader import Pair, digest_first, read_pair
@@ -206,12 +206,6 @@ def _note_pair(into: CycleInput, pair: Pair) -> None:
         begun_at.pop(xid, None)
 
 
-def note_images(into: CycleInput, longest: Mapping[str, int]) -> None:
-    """Keep in ``into`` the larger of each table's longest image and ``longest``'s."""
-    for table, n in longest.items():
-        into.longest_image[table] = max(into.longest_image.get(table, 0), n)
-
-
 def longest_images_in(dat_path: Path, batch_rows: int = 8_192) -> dict[str, int]:
     """:func:`~applier.engine.touches.longest_images` of a ``.dat`` file, read a batch at a time.
 
@@ -221,8 +215,7 @@ def longest_images_in(dat_path: Path, batch_rows: int = 8_192) -> dict[str, int]
     """
     longest: dict[str, int] = {}
     for batch in pq.ParquetFile(dat_path).iter_batches(batch_size=batch_rows, columns=["table", "before", "after"]):
-        for table, n in longest_images(batch).items():
-            longest[table] = max(longest.get(table, 0), n)
+        merge_longest(longest, longest_images(batch))
     return longest
 
 
@@ -288,18 +281,19 @@ def read_cycle(
                     break
                 _note_pair(result, pair)
                 if "after" in pair.data.column_names:
-                    note_images(result, longest_images(pair.data))
-                elif (check_rows or defer_images) and not measure:  # the compile job measures them
-                    if pair.data.num_rows:
-                        result.unmeasured.add(pair.seq)
-                elif check_rows or defer_images:  # a re-read (nothing checked, nothing deferred) needs no sizes
+                    merge_longest(result.longest_image, longest_images(pair.data))
+                # A re-read (nothing checked, nothing deferred) needs no sizes; else they are measured beside
+                # the reading, or by the compile job.
+                elif (check_rows or defer_images) and measure:
                     measured.append(measuring.submit(longest_images_in, ref.dat_path))
+                elif (check_rows or defer_images) and pair.data.num_rows:
+                    result.unmeasured.add(pair.seq)  # the compile job measures them
                 if defer_images and pair.data.num_rows:
                     result.unchecked[pair.seq] = dict(pair.tables)  # one object per definition already
                 if not pair.digest_checked:
                     result.digests[pair.seq] = pair.header.dat_sha256
             for sizes in measured:
-                note_images(result, sizes.result())
+                merge_longest(result.longest_image, sizes.result())
         finally:
             for pending in checks.values():
                 pending.cancel()

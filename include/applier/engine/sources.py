@@ -36,10 +36,10 @@ from pyspark.sql import DataFrame
 
 from applier.engine.buffers import BufferedTxn
 from applier.engine.image_checks import Refused
-from applier.engine.measuring import merge_longest, record_lengths
+from applier.engine.measuring import record_lengths
 from applier.engine.reading import CycleInput, pairs_holding, spill_inputs
 from applier.engine.spill import read_spill
-from applier.engine.touches import longest_images
+from applier.engine.touches import longest_images, merge_longest
 from applier.engine.worker_path import prepare_worker
 from applier.intermediate.pairs import DAT_COLUMNS
 from applier.intermediate.reader import DIGEST_MISMATCH, digest_mismatch

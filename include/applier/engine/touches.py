@@ -46,6 +46,13 @@ def longest_images(rows: pa.Table | pa.RecordBatch) -> dict[str, int]:
     }
 
 
+def merge_longest(into: dict[str, int], longest: Mapping[str, int]) -> None:
+    """Keep in ``into`` the larger of each table's longest image and ``longest``'s."""
+    for table, n in longest.items():
+        if n > into.get(table, 0):
+            into[table] = n
+
+
 def truncate_rows(rows: pa.Table) -> list[tuple[str, Truncate]]:
     """The ``T`` rows of a batch as ``(xid, (table, lsn))``."""
     if rows.num_rows == 0:
