@@ -49,6 +49,11 @@ _ARABIC_INDIC_TWO = "\u0662"  # a digit to the \\d of Python's re, not to the sp
 _LSNS = {"header_changes": {"first_lsn": 20, "last_lsn": 22}}  # the header right, so the events are what is wrong
 
 
+def _blank_line_after_header(trn: Path) -> None:
+    header, *events = trn.read_text().splitlines()
+    trn.write_text("\n".join([header, "", *events]) + "\n")
+
+
 def _join_event_lines(trn: Path) -> None:
     header, *events = trn.read_text().splitlines()
     trn.write_text("\n".join([header, ",".join(events)]) + "\n")
@@ -89,6 +94,7 @@ DEFECTS: dict[str, tuple[str, Callable[[Path], None]]] = {
     "event-xid-empty": ("event-invalid", _pair2(events=[{**EVENTS_T3[0], "xid": ""}, EVENTS_T3[1]])),
     "event-record-unknown": ("event-invalid", _pair2(events=[EVENTS_T3[0], {**EVENTS_T3[1], "record": "prepare"}])),
     "event-two-on-a-line": ("event-invalid", lambda d: (_pair2()(d), _join_event_lines(d / "000000000002.trn"))),
+    "event-blank-line": ("event-invalid", lambda d: (_pair2()(d), _blank_line_after_header(d / "000000000002.trn"))),
     "event-lsn-order": (
         "lsn-out-of-order",
         _pair2(events=[event("begin", "t3", 20), event("begin", "t4", 19), event("commit", "t3", 22)]),
@@ -118,6 +124,10 @@ DEFECTS: dict[str, tuple[str, Callable[[Path], None]]] = {
     "end-without-begin": ("end-without-begin", _pair2([], [event("commit", "zz", 20)])),
     "second-begin": ("second-begin", _pair2([], [event("begin", "t1", 20)])),
     "second-begin-of-open": ("second-begin", _pair2([], [event("begin", "t2", 20)])),
+    "second-begin-after-its-end": (
+        "second-begin",
+        _pair2([], [event("begin", "t3", 20), event("commit", "t3", 21), event("begin", "t3", 22)], **_LSNS),
+    ),
     "second-end": ("second-end", _pair2([], [event("rollback", "t1", 20)])),
     "row-after-end-earlier-pair": ("row-after-end", _insert({"id": 3, "owner": "cy", "balance": "3.00"}, xid="t1")),
     "row-after-end-same-pair": ("row-after-end", _pair2([row(23, "t3", "D", before={"id": 1})])),
@@ -196,6 +206,45 @@ def test_a_good_handmade_pair_reads_back_intact(tmp_path: Path) -> None:
     assert pair.tables["bank.accounts"].primary_key == ("id",)
     assert [c.type for c in pair.tables["bank.accounts"].columns] == ["bigint", "string", "decimal(10,2)"]
     assert ref.size == (tmp_path / "000000000001.dat").stat().st_size + (tmp_path / "000000000001.trn").stat().st_size
+
+
+def test_a_pairs_tally_and_touches_say_per_transaction_what_its_events_and_rows_say(tmp_path: Path) -> None:
+    events = [
+        event("begin", "t1", 20),
+        event("begin", "t2", 21),
+        event("commit", "t1", 25),
+        event("begin", "t3", 26),
+        event("rollback", "t2", 27),
+        event("begin", "t4", 28),
+    ]
+    rows = [
+        row(22, "t1", "I", after={"id": 1, "owner": "a", "balance": "1.00"}),
+        row(23, "t2", "I", after={"id": 2, "owner": "b", "balance": "2.00"}),
+        row(24, "t1", "U", before={"id": 1}, after={"id": 1, "owner": "a", "balance": "1.50"}),
+        row(29, "t4", "D", before={"id": 1}),
+        row(30, "t4", "I", after={"id": 5, "owner": None, "balance": None}),
+    ]
+    write_pair(tmp_path, 1, rows, events)
+    (ref,) = list_pairs(tmp_path).pairs
+    pair = read_pair(ref)
+    tally = pair.tally
+    # Worked out by hand from the events above.
+    assert tally.begun == {"t1": 20, "t2": 21, "t3": 26, "t4": 28}
+    assert tally.ended == {"t1": 25, "t2": 27}
+    assert tally.committed == {"t1": 25} and tally.rolled_back == ["t2"]
+    assert tally.still_open == ["t3", "t4"] and not tally.irregular
+    spans = {
+        (x, t): (n, first, last)
+        for x, t, n, first, last in zip(*(pair.touches[c].to_pylist() for c in pair.touches.column_names), strict=True)
+    }
+    assert spans == {
+        ("t1", "bank.accounts"): (2, 22, 24),
+        ("t2", "bank.accounts"): (1, 23, 23),
+        ("t4", "bank.accounts"): (2, 29, 30),
+    }
+    cycle = read_cycle([ref], StreamValidator())
+    assert cycle.commits == {"t1": 25} and cycle.rollbacks == {"t2"}
+    assert cycle.begun_at == {"t3": events[3]["ts"], "t4": events[5]["ts"]}
 
 
 def test_a_re_read_without_image_checks_reads_only_the_stream_columns(tmp_path: Path) -> None:

@@ -23,8 +23,8 @@ from applier.advise.transactions import TransactionFigures, TransactionTracker
 from applier.config import Config
 from applier.engine.buffers import row_bytes
 from applier.engine.checkpoint import CheckpointStore
+from applier.intermediate.events import Event, Record
 from applier.intermediate.pairs import DAT_COLUMNS, PairRef, list_pairs
-from applier.intermediate.reader import Event
 
 
 @dataclass(frozen=True)
@@ -66,7 +66,7 @@ class Observation:
 class _EventLine(msgspec.Struct):
     """The fields of a ``.trn`` event line the tracker needs (the rest is skipped)."""
 
-    record: str
+    record: Record
     xid: str
     lsn: int
 

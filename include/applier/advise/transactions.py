@@ -34,7 +34,7 @@ from itertools import accumulate
 import pyarrow as pa
 
 from applier.advise.arithmetic import Layout, percentile
-from applier.intermediate.reader import Event
+from applier.intermediate.events import Event
 from applier.lookup import looked_up
 
 P99 = 0.99

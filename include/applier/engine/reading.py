@@ -37,8 +37,9 @@ import pyarrow.parquet as pq
 from applier.engine.buffers import BufferedTxn, TransactionBuffers
 from applier.engine.checking import PairChecker
 from applier.engine.checkpoint import Checkpoint
-from applier.engine.touches import Truncate, longest_images, merge_longest, table_row_counts, truncate_rows
+from applier.engine.touches import Truncate, longest_images, merge_longest, truncate_rows
 from applier.errors import GapError, IntermediateFileError, LateImageRefusal
+from applier.intermediate.events import begin_times
 from applier.intermediate.pairs import DAT_COLUMNS, PairRef, list_pairs, pair_name
 from applier.intermediate.reader import Pair, digest_first, read_pair
 from applier.intermediate.schema import TableDef
@@ -184,7 +185,7 @@ def _note_pair(into: CycleInput, pair: Pair) -> None:
     into.rows_read += pair.data.num_rows
     intern = sys.intern
     if pair.data.num_rows:
-        counted = table_row_counts(pair.data)
+        counted = pair.touches.select(["xid", "table", "rows"])
         into.counts.append(counted)
         into.xids_by_seq[pair.seq] = tuple(map(intern, pc.unique(counted["xid"]).to_pylist()))
         by_table = counted.group_by("table", use_threads=False).aggregate([("rows", "sum")])
@@ -193,17 +194,15 @@ def _note_pair(into: CycleInput, pair: Pair) -> None:
         into.xids_by_seq[pair.seq] = ()
     into.truncates.extend(truncate_rows(pair.data))
     into.autocorrect.update(pair.autocorrect)
-    events = pair.events
-    commits = {intern(e.xid): e.lsn for e in events if e.record == "commit"}
-    if commits:
-        into.commits.update(commits)
-        into.commit_ends.append((max(commits.values()), pair.seq))
-    rolled_back = [intern(e.xid) for e in events if e.record == "rollback"]
-    into.rollbacks.update(rolled_back)
+    events = pair.tally
+    if events.committed:
+        into.commits.update(events.committed)
+        into.commit_ends.append((max(events.committed.values()), pair.seq))
+    into.rollbacks.update(events.rolled_back)
     begun_at = into.begun_at
-    begun_at.update({intern(e.xid): e.ts for e in events if e.record == "begin"})
-    for xid in (*commits, *rolled_back):
-        begun_at.pop(xid, None)
+    for xid in begun_at.keys() & events.ended.keys():  # begun in an earlier pair
+        del begun_at[xid]
+    begun_at.update(begin_times(pair.events, events.still_open))
 
 
 def longest_images_in(dat_path: Path, batch_rows: int = 8_192) -> dict[str, int]:

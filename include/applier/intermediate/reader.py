@@ -14,17 +14,17 @@ import re
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from functools import cached_property
 from pathlib import Path
 from typing import Any, TypeGuard
 
-import msgspec
-import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from applier.errors import CorruptPairError, IntermediateFileError, InvalidChangeError
-from applier.intermediate.images import ImageProblem, all_match, check_images
+from applier.intermediate.events import Event, EventTally, decode_events, tally
+from applier.intermediate.images import ImageProblem, check_images
 from applier.intermediate.pairs import (
     AUTOCORRECT_METADATA_KEY,
     DAT_COLUMNS,
@@ -36,10 +36,6 @@ from applier.intermediate.pairs import (
 )
 from applier.intermediate.schema import SchemaError, TableDef, check_table_name, tables_metadata_of
 
-EVENT_RECORDS = frozenset({"begin", "commit", "rollback"})
-_decode_json = msgspec.json.Decoder().decode
-_TS_FORM = r"[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}(?:\.[0-9]{1,6})?Z"  # Python's re and RE2 alike
-_TS_TEXT = re.compile(_TS_FORM)
 _SHA256 = re.compile(r"[0-9a-f]{64}")
 # The columns the stream checks read; the images are read to be checked.
 _STREAM_COLUMNS = ("lsn", "xid", "table", "op")
@@ -64,18 +60,6 @@ class Header:
     first_lsn: int | None
     last_lsn: int | None
     created_at: str
-
-
-class Event(msgspec.Struct, frozen=True):
-    """A transaction event of a ``.trn`` file (a msgspec struct: a file's events decode in one call)."""
-
-    record: str
-    xid: str
-    lsn: int
-    ts: str
-
-
-_EVENTS = msgspec.json.Decoder(list[Event])  # a file's events as one JSON array (other keys skipped)
 
 
 @dataclass(frozen=True)
@@ -107,6 +91,25 @@ class Pair:
     @property
     def seq(self) -> int:
         return self.ref.seq
+
+    @cached_property
+    def tally(self) -> EventTally:
+        """What its events say per transaction (computed once, for the stream checks and the cycle's notes)."""
+        return tally(self.events)
+
+    @cached_property
+    def touches(self) -> pa.Table:
+        """Its rows per transaction and table: columns ``xid``, ``table``, ``rows``, ``first_lsn`` and ``last_lsn``.
+
+        One group-by, shared by the stream checks (a transaction's rows fall
+        within it when its first and last do) and the cycle's notes: a pair's
+        tens of thousands of groups, not its hundreds of thousands of rows.
+        """
+        grouped = self.data.select(["xid", "table", "lsn"]).group_by(["xid", "table"], use_threads=False)
+        counted = grouped.aggregate([([], "count_all"), ("lsn", "min"), ("lsn", "max")])
+        return counted.select(["xid", "table", "count_all", "lsn_min", "lsn_max"]).rename_columns(
+            ["xid", "table", "rows", "first_lsn", "last_lsn"]
+        )
 
     def lsn_range(self) -> tuple[int, int] | None:
         """Smallest and largest lsn of any row or event, None for an empty pair.
@@ -162,74 +165,17 @@ def _parse_header(ref: PairRef, line: str | None) -> Header:
     )
 
 
-def _parse_event(ref: PairRef, number: int, line: str) -> Event:
-    where = f"line {number}"
-    try:
-        raw = _decode_json(line)  # msgspec: a pair holds thousands of events, and json.loads took most of reading it
-    except msgspec.DecodeError as e:
-        raise _corrupt(ref, ref.trn_path, "event-invalid", f"{where} is not JSON: {e}") from e
-    if not isinstance(raw, dict) or raw.get("record") not in EVENT_RECORDS:
-        raise _corrupt(ref, ref.trn_path, "event-invalid", f"{where} is not a begin, commit or rollback record")
-    xid, lsn, ts = raw.get("xid"), raw.get("lsn"), raw.get("ts")
-    if not isinstance(xid, str) or not xid:
-        raise _corrupt(ref, ref.trn_path, "event-invalid", f"{where}: xid {xid!r} is not a non-empty string")
-    if not _is_int(lsn):
-        raise _corrupt(ref, ref.trn_path, "event-invalid", f"{where}: lsn {lsn!r} is not an integer")
-    if not isinstance(ts, str) or not _TS_TEXT.fullmatch(ts):
-        raise _corrupt(ref, ref.trn_path, "event-invalid", f"{where}: ts {ts!r} is not ISO 8601 UTC with Z")
-    return Event(raw["record"], xid, lsn, ts)
-
-
-def _events_at_once(lines: list[str]) -> tuple[Event, ...] | None:
-    """The events of ``lines`` when every one surely passes the line-by-line check (None: check them so).
-
-    One msgspec call decodes them all as a JSON array, every ts is matched at
-    once (:func:`~applier.intermediate.images.all_match`) and numpy compares
-    the lsns: a file of 100,000 events took 0.6 s line by line. Anything amiss,
-    even a line holding two objects, leaves the words to the line-by-line check.
-    """
-    try:
-        decoded = _EVENTS.decode("[" + ",".join(lines) + "]")
-        lsns = np.fromiter((e.lsn for e in decoded), np.int64, len(decoded))
-    except (msgspec.MsgspecError, OverflowError):
-        return None
-    if len(decoded) != len(lines) or not {e.record for e in decoded} <= EVENT_RECORDS:
-        return None
-    if not all(e.xid for e in decoded):
-        return None
-    if len(lsns) > 1 and not (np.diff(lsns) > 0).all():
-        return None
-    if not all_match([e.ts for e in decoded], _TS_FORM):
-        return None
-    return tuple(decoded)
-
-
 def read_trn(ref: PairRef) -> tuple[Header, tuple[Event, ...]]:
     """Read and check a ``.trn`` file: header first, then events in ascending lsn order."""
     try:
         text = ref.trn_path.read_bytes().decode("utf-8")
     except UnicodeDecodeError as e:
         raise _corrupt(ref, ref.trn_path, "header-missing", f"not UTF-8 text: {e}") from e
-    lines = text.split("\n")
-    if lines[-1] != "":
+    if text and not text.endswith("\n"):
         raise _corrupt(ref, ref.trn_path, "event-invalid", "last line is not terminated by a newline")
-    lines.pop()
-    header = _parse_header(ref, lines[0] if lines else None)
-    quick = _events_at_once(lines[1:])
-    if quick is not None:
-        return header, quick
-    events: list[Event] = []
-    for number, line in enumerate(lines[1:], start=2):
-        event = _parse_event(ref, number, line)
-        if events and event.lsn <= events[-1].lsn:
-            raise InvalidChangeError(
-                ref.trn_path,
-                ref.seq,
-                "lsn-out-of-order",
-                f"line {number}: event lsn {event.lsn} is not above the previous event's lsn {events[-1].lsn}",
-            )
-        events.append(event)
-    return header, tuple(events)
+    header_end = text.find("\n")
+    header = _parse_header(ref, text[:header_end] if header_end >= 0 else None)
+    return header, decode_events(ref.trn_path, ref.seq, text[header_end + 1 :])
 
 
 def check_header_and_size(ref: PairRef) -> Header:

@@ -230,7 +230,7 @@ class StreamValidator:
                 raise UnfitTableError(pair.ref.dat_path, pair.seq, "table-unfit-for-target", f"table {name}: {problem}")
             known.add(name)
 
-    def _check_transactions(self, pair: Pair) -> tuple[dict[str, int], dict[str, None]]:
+    def _check_transactions(self, pair: Pair) -> tuple[dict[str, int], Mapping[str, object]]:
         """The open and newly ended transactions after ``pair``, or the first defect of its transactions.
 
         A sound pair is recognised set-wise (:meth:`_sound_transactions`); any
@@ -243,7 +243,7 @@ class StreamValidator:
         sound = self._sound_transactions(pair)
         return sound if sound is not None else self._walk_transactions(pair)
 
-    def _walk_transactions(self, pair: Pair) -> tuple[dict[str, int], dict[str, None]]:
+    def _walk_transactions(self, pair: Pair) -> tuple[dict[str, int], Mapping[str, object]]:
         """:meth:`_check_transactions` by following the events one by one: the first defect, named."""
         open_xids = dict(self.state.open_xids)
         ended: dict[str, None] = {}  # in the order they end, so the window forgets the oldest first
@@ -283,7 +283,7 @@ class StreamValidator:
             )
         return open_xids, ended
 
-    def _sound_transactions(self, pair: Pair) -> tuple[dict[str, int], dict[str, None]] | None:
+    def _sound_transactions(self, pair: Pair) -> tuple[dict[str, int], Mapping[str, object]] | None:
         """What :meth:`_check_transactions` returns for a pair without defects, found set-wise; None: look closer.
 
         A pair passes when no xid begins or ends twice, no begin or end meets a
@@ -297,38 +297,39 @@ class StreamValidator:
         any test is walked (:meth:`_walk_transactions`), which names its first
         defect.
         """
-        events, state = pair.events, self.state
+        state, events = self.state, pair.tally
         trusted = pair.seq <= self.trusted_through_seq
-        begun = {e.xid: e.lsn for e in events if e.record == "begin"}
-        ends = {e.xid: e.lsn for e in events if e.record != "begin"}
-        if len(begun) + len(ends) != len(events):  # an xid begun or ended twice in the pair
+        begun, ends = events.begun, events.ended
+        if events.irregular:  # an xid begun or ended twice, or begun after its end
             return None
         if not (state.ended_xids.isdisjoint(begun) and state.ended_xids.isdisjoint(ends)):
             return None
         if not begun.keys().isdisjoint(state.open_xids):
             return None
-        for xid, lsn in ends.items():
-            began = begun.get(xid)
-            if began is not None and began > lsn:  # ended, then begun
-                return None
-            if began is None and not trusted and xid not in state.open_xids:  # an end without a begin
-                return None
+        if not trusted and not (ends.keys() - begun.keys()) <= state.open_xids.keys():  # an end without a begin
+            return None
         if pair.data.num_rows and not self._rows_within(pair, begun, ends, trusted):
             return None
-        open_xids = {**state.open_xids, **dict.fromkeys(begun, pair.seq)}
-        return {x: seq for x, seq in open_xids.items() if x not in ends}, dict.fromkeys(ends)
+        still_open = {x: seq for x, seq in state.open_xids.items() if x not in ends}
+        still_open.update(dict.fromkeys(events.still_open, pair.seq))
+        return still_open, ends
 
     def _rows_within(self, pair: Pair, begun: dict[str, int], ends: dict[str, int], trusted: bool) -> bool:
-        """Whether every row of ``pair`` falls within its transaction (see :meth:`_sound_transactions`)."""
-        xid, lsn = pair.data["xid"], pair.data["lsn"]
+        """Whether every row of ``pair`` falls within its transaction (see :meth:`_sound_transactions`).
+
+        Judged on each transaction's first and last row per table
+        (:attr:`Pair.touches`), not on every row.
+        """
+        touches = pair.touches
+        xid = touches["xid"]
         if not self.state.ended_xids.isdisjoint(pc.unique(xid).to_pylist()):
             return False
-        if ends and pc.any(pc.greater(lsn, looked_up(xid, ends))).as_py():
+        if ends and pc.any(pc.greater(touches["last_lsn"], looked_up(xid, ends))).as_py():
             return False
         if trusted:
             return True
         open_before = pc.is_in(xid, pa.array(list(self.state.open_xids), xid.type))
-        opened = pc.or_kleene(pc.less_equal(looked_up(xid, begun), lsn), open_before)
+        opened = pc.or_kleene(pc.less_equal(looked_up(xid, begun), touches["first_lsn"]), open_before)
         return bool(pc.all(pc.fill_null(opened, False)).as_py())
 
     def _row_problem(
