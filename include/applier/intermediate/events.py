@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from functools import cached_property
 from operator import attrgetter
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, TypeGuard
 
 import msgspec
 import numpy as np
@@ -35,8 +35,8 @@ class Event(msgspec.Struct, frozen=True, gc=False):
     """A transaction event of a ``.trn`` file (a msgspec struct: a file's events decode in one call).
 
     Decoding checks its record's kind and that its xid is not empty (making
-    one is not checked). Not tracked by the cyclic collector: it holds a str
-    and an int only, and a pair's hundred thousand would set off collections.
+    one is not checked). Not tracked by the cyclic collector: it holds
+    strings and an int only, and a pair's hundred thousand would set off collections.
     """
 
     record: Record
@@ -48,7 +48,8 @@ class Event(msgspec.Struct, frozen=True, gc=False):
 _EVENTS = msgspec.json.Decoder(list[Event])  # a file's events as one JSON array (other keys skipped)
 
 
-def _is_int(v: Any) -> bool:
+def is_int(v: Any) -> TypeGuard[int]:
+    """Whether ``v`` is a JSON integer as decoded (a bool is not)."""
     return isinstance(v, int) and not isinstance(v, bool)
 
 
@@ -63,11 +64,11 @@ def _parse_event(path: Path, seq: int, number: int, line: str) -> Event:
     xid, lsn, ts = raw.get("xid"), raw.get("lsn"), raw.get("ts")
     if not isinstance(xid, str) or not xid:
         raise CorruptPairError(path, seq, "event-invalid", f"{where}: xid {xid!r} is not a non-empty string")
-    if not _is_int(lsn):
+    if not is_int(lsn):
         raise CorruptPairError(path, seq, "event-invalid", f"{where}: lsn {lsn!r} is not an integer")
     if not isinstance(ts, str) or not _TS_TEXT.fullmatch(ts):
         raise CorruptPairError(path, seq, "event-invalid", f"{where}: ts {ts!r} is not ISO 8601 UTC with Z")
-    return Event(raw["record"], xid, lsn, ts)  # type: ignore[arg-type]  # its record was checked above
+    return Event(raw["record"], xid, lsn, ts)
 
 
 def _events_at_once(lines: str) -> tuple[Event, ...] | None:

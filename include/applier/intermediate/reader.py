@@ -16,14 +16,13 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
-from typing import Any, TypeGuard
 
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from applier.errors import CorruptPairError, IntermediateFileError, InvalidChangeError
-from applier.intermediate.events import Event, EventTally, decode_events, tally
+from applier.intermediate.events import Event, EventTally, decode_events, is_int, tally
 from applier.intermediate.images import ImageProblem, check_images
 from applier.intermediate.pairs import (
     AUTOCORRECT_METADATA_KEY,
@@ -123,10 +122,6 @@ class Pair:
         return (min(lsns), max(lsns)) if lsns else None
 
 
-def _is_int(v: Any) -> TypeGuard[int]:
-    return isinstance(v, int) and not isinstance(v, bool)
-
-
 def _corrupt(ref: PairRef, path: Path, code: str, detail: str) -> CorruptPairError:
     return CorruptPairError(path, ref.seq, code, detail)
 
@@ -147,12 +142,12 @@ def _parse_header(ref: PairRef, line: str | None) -> Header:
     if raw.get("seq") != ref.seq:
         raise _corrupt(ref, ref.trn_path, "header-invalid", f"header seq {raw.get('seq')!r} is not {ref.seq}")
     for key in ("dat_rows", "dat_bytes"):
-        if not _is_int(raw.get(key)) or raw[key] < 0:
+        if not is_int(raw.get(key)) or raw[key] < 0:
             raise _corrupt(ref, ref.trn_path, "header-invalid", f"header {key} {raw.get(key)!r} is not a count")
     if not isinstance(raw.get("dat_sha256"), str) or not _SHA256.fullmatch(raw["dat_sha256"]):
         raise _corrupt(ref, ref.trn_path, "header-invalid", "header dat_sha256 is not 64 lowercase hex digits")
     for key in ("first_lsn", "last_lsn"):
-        if raw.get(key) is not None and not _is_int(raw.get(key)):
+        if raw.get(key) is not None and not is_int(raw.get(key)):
             raise _corrupt(ref, ref.trn_path, "header-invalid", f"header {key} {raw.get(key)!r} is not an lsn")
     return Header(
         raw["seq"],
@@ -255,7 +250,7 @@ def _autocorrect(ref: PairRef, metadata: dict[bytes, bytes]) -> dict[str, tuple[
         return {
             str(name): (int(low), int(high))
             for name, (low, high) in ranges.items()
-            if _is_int(low) and _is_int(high) and low <= high
+            if is_int(low) and is_int(high) and low <= high
         }
     except (ValueError, TypeError, AttributeError) as e:
         raise _corrupt(ref, ref.dat_path, "dat-autocorrect-invalid", f"cdc.autocorrect: {e}") from e
