@@ -202,7 +202,7 @@ def _note_pair(into: CycleInput, pair: Pair) -> None:
     begun_at = into.begun_at
     for xid in begun_at.keys() & events.ended.keys():  # begun in an earlier pair
         del begun_at[xid]
-    begun_at.update(begin_times(pair.events, events.still_open))
+    begun_at.update(begin_times(pair.events, events.begun, events.still_open))
 
 
 def longest_images_in(dat_path: Path, batch_rows: int = 8_192) -> dict[str, int]:

@@ -13,20 +13,16 @@ from collections.abc import Iterable, Mapping
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from applier.intermediate.reader import transaction_tables
+
 Truncate = tuple[str, int]
 """A ``T`` row of a transaction: ``(table, lsn)``."""
 
 
 def table_touches(rows: pa.Table) -> list[tuple[str, str]]:
     """The distinct ``(xid, table)`` pairs of a batch of ``.dat`` rows."""
-    counted = table_row_counts(rows)
+    counted = transaction_tables(rows)
     return list(zip(counted["xid"].to_pylist(), counted["table"].to_pylist(), strict=True))
-
-
-def table_row_counts(rows: pa.Table) -> pa.Table:
-    """Columns ``xid``, ``table`` and ``rows``: the rows of each transaction and table of a batch of ``.dat`` rows."""
-    counted = rows.select(["xid", "table"]).group_by(["xid", "table"], use_threads=False).aggregate([([], "count_all")])
-    return counted.select(["xid", "table", "count_all"]).rename_columns(["xid", "table", "rows"])
 
 
 def longest_images(rows: pa.Table | pa.RecordBatch) -> dict[str, int]:

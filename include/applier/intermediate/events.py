@@ -11,11 +11,13 @@ from __future__ import annotations
 
 import re
 import sys
+from bisect import bisect_left
+from collections.abc import Mapping
 from dataclasses import dataclass
 from functools import cached_property
 from operator import attrgetter
 from pathlib import Path
-from typing import Annotated, Any, Literal, TypeGuard
+from typing import Annotated, Any, Literal, TypeGuard, get_args
 
 import msgspec
 import numpy as np
@@ -23,12 +25,12 @@ import numpy as np
 from applier.errors import CorruptPairError, InvalidChangeError
 from applier.intermediate.images import all_match
 
-EVENT_RECORDS = frozenset({"begin", "commit", "rollback"})
 TS_FORM = r"[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}(?:\.[0-9]{1,6})?Z"  # Python's re and RE2 alike
 _TS_TEXT = re.compile(TS_FORM)
 _decode_json = msgspec.json.Decoder().decode
 
 Record = Literal["begin", "commit", "rollback"]
+EVENT_RECORDS = frozenset(get_args(Record))
 
 
 class Event(msgspec.Struct, frozen=True, gc=False):
@@ -173,9 +175,10 @@ def tally(events: tuple[Event, ...]) -> EventTally:
     return EventTally(begun, ended, committed, rolled_back, irregular)
 
 
-def begin_times(events: tuple[Event, ...], xids: list[str]) -> dict[str, str]:
-    """xid -> source time (``ts``) of the begin of each of ``xids`` (each begun in ``events``)."""
-    if not xids:
-        return {}
-    wanted = set(xids)
-    return {e.xid: e.ts for e in events if e.record == "begin" and e.xid in wanted}
+def begin_times(events: tuple[Event, ...], begun: Mapping[str, int], xids: list[str]) -> dict[str, str]:
+    """xid -> source time (``ts``) of the begin of each of ``xids``, whose begin lsns ``begun`` holds.
+
+    Events are in ascending lsn order, so each begin is found by bisection, not by another pass over them.
+    """
+    lsn_of = attrgetter("lsn")
+    return {xid: events[bisect_left(events, begun[xid], key=lsn_of)].ts for xid in xids}

@@ -98,17 +98,8 @@ class Pair:
 
     @cached_property
     def touches(self) -> pa.Table:
-        """Its rows per transaction and table: columns ``xid``, ``table``, ``rows``, ``first_lsn`` and ``last_lsn``.
-
-        One group-by, shared by the stream checks (a transaction's rows fall
-        within it when its first and last do) and the cycle's notes: a pair's
-        tens of thousands of groups, not its hundreds of thousands of rows.
-        """
-        grouped = self.data.select(["xid", "table", "lsn"]).group_by(["xid", "table"], use_threads=False)
-        counted = grouped.aggregate([([], "count_all"), ("lsn", "min"), ("lsn", "max")])
-        return counted.select(["xid", "table", "count_all", "lsn_min", "lsn_max"]).rename_columns(
-            ["xid", "table", "rows", "first_lsn", "last_lsn"]
-        )
+        """:func:`transaction_tables` of its rows, shared by the stream checks and the cycle's notes."""
+        return transaction_tables(self.data)
 
     def lsn_range(self) -> tuple[int, int] | None:
         """Smallest and largest lsn of any row or event, None for an empty pair.
@@ -120,6 +111,20 @@ class Pair:
         if self.data.num_rows:
             lsns += [self.data["lsn"][0].as_py(), self.data["lsn"][-1].as_py()]
         return (min(lsns), max(lsns)) if lsns else None
+
+
+def transaction_tables(rows: pa.Table) -> pa.Table:
+    """Rows of ``.dat`` per transaction and table: columns ``xid``, ``table``, ``rows``, ``first_lsn``, ``last_lsn``.
+
+    One group-by: the stream checks judge a transaction's rows by its first
+    and last per table, and a pair has tens of thousands of groups against
+    hundreds of thousands of rows.
+    """
+    grouped = rows.select(["xid", "table", "lsn"]).group_by(["xid", "table"], use_threads=False)
+    counted = grouped.aggregate([([], "count_all"), ("lsn", "min"), ("lsn", "max")])
+    return counted.select(["xid", "table", "count_all", "lsn_min", "lsn_max"]).rename_columns(
+        ["xid", "table", "rows", "first_lsn", "last_lsn"]
+    )
 
 
 def _corrupt(ref: PairRef, path: Path, code: str, detail: str) -> CorruptPairError:
