@@ -62,6 +62,10 @@ class ApplyConfig:
     waiting for a load connection, compiled rows waiting to be applied); None
     takes :data:`QUEUE_MEMORY_SHARE` of the driver memory
     (:func:`queue_memory_bytes`).
+
+    ``executor_write_mb``: Delta tables whose compiled changes of a cycle
+    weigh this many MiB or more are committed by Spark executor tasks, not
+    by the driver (:mod:`applier.targets.delta_tasks`); None: all by the driver.
     """
 
     process_intermediate_size_per_job: float = 0.0
@@ -70,6 +74,7 @@ class ApplyConfig:
     intermediate_retention_hours: float | None = None
     threads: int = 4
     queue_memory_mb: float | None = None
+    executor_write_mb: float | None = 4.0
     transient_retries: int = 3
     transient_retry_delay_s: float = 5.0
     compile_retry_threshold: int = 100
@@ -224,6 +229,7 @@ _KEYS: dict[str, tuple[Callable[[str, Any], Any], Any]] = {
     "apply.max_cycles_per_run": (cv.int_at_least(0, "0 means until caught up"), 0),
     "apply.intermediate_retention_hours": (cv.hours_or_forever, None),
     "apply.queue_memory_mb": (cv.megabytes_or_default, None),
+    "apply.executor_write_mb": (cv.megabytes_or_null("every Delta table committed by the driver"), 4.0),
     "target.type": (cv.choice(TARGET_TYPES), dialects.DEFAULT_TYPE),
     "target.path": (cv.text, None),
     "target.url": (cv.text, None),
@@ -386,6 +392,7 @@ def load_config(path: Path | str | None, overrides: Sequence[str] = ()) -> Confi
             intermediate_retention_hours=values["apply.intermediate_retention_hours"],
             threads=values["apply.threads"],
             queue_memory_mb=values["apply.queue_memory_mb"],
+            executor_write_mb=values["apply.executor_write_mb"],
             transient_retries=values["apply.transient_retries"],
             transient_retry_delay_s=values["apply.transient_retry_delay_s"],
             compile_retry_threshold=values["apply.compile_retry_threshold"],

@@ -180,6 +180,17 @@ class CompiledCycle(Mapping[str, TableChanges]):
             self._admitted.pop(name, None)
         return changes
 
+    def in_files(self, name: str) -> tuple[list[Path], int] | None:
+        """``name``'s chunk files and spill file, and their bytes once read; None when some chunk is in memory.
+
+        A table whose changes are all in files can be applied by a process
+        that reads them itself (a Spark executor): nothing is charged here.
+        """
+        buffer = self._buffers[name]
+        if buffer.chunks:
+            return None
+        return [*buffer.files, *([buffer.path] if buffer.path is not None else [])], buffer.outside_bytes
+
     def release(self, name: str) -> None:
         """The target is done with ``name``'s changes: they no longer count, nor do its buffered chunks."""
         with self._lock:

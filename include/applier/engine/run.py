@@ -318,9 +318,11 @@ class Applier:
         position = dict(applied_seq=applied_seq, applied_commit_lsn=applied_commit_lsn or 0, restart_seq=restart_seq)
         known: dict[str, int] = {}
         try:
+            spark = session_of(self.spark)  # a lazy session starts here, at the first apply
+            self.target.use_spark(spark)
             context = PartContext(
                 *(
-                    session_of(self.spark),  # a lazy session starts here, at the first apply
+                    spark,
                     self.target,
                     self.config,
                     self._save_intent,

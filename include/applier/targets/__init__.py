@@ -171,6 +171,10 @@ class Target(Protocol):
         """From now on, ``tables``' collisions are a materialization's: neither counted nor refused."""
         ...
 
+    def use_spark(self, spark: Any) -> None:
+        """The run's Spark session, for a target that commits large tables on executors (Delta); others ignore it."""
+        ...
+
     def committed_cycles(self, tables: Iterable[str]) -> dict[str, int]:
         """:meth:`committed_cycle` of each of ``tables``, in as few reads as the target allows.
 

@@ -64,6 +64,7 @@ from applier.targets.delta_log import commit_tags, held_position
 from applier.targets.delta_names import OWN_FOLDER, delta_misfit
 from applier.targets.delta_resubmit import resubmit as resubmit_exception
 from applier.targets.delta_schema import added_fields, check_shape, is_empty, prepared
+from applier.targets.delta_tasks import CycleCommit, apply_beside_executors, executor_writes
 from applier.targets.delta_write import apply_counted, apply_keyed
 from applier.targets.per_table import apply_tables
 
@@ -79,9 +80,21 @@ class DeltaTarget:
         threads: tables committed at once by :meth:`apply_cycle`.
         collisions: what a collision does: counted
             (:func:`~applier.targets.delta_write.merge_collisions`), never refused.
+        executor_write_mb: tables whose compiled changes weigh this many MiB
+            or more are committed by Spark executor tasks once a session is
+            given (:meth:`use_spark`, :mod:`~applier.targets.delta_tasks`);
+            None: every table by this process.
     """
 
-    def __init__(self, root: Path, app_id: str, *, threads: int = 4, collisions: Collisions | None = None) -> None:
+    def __init__(
+        self,
+        root: Path,
+        app_id: str,
+        *,
+        threads: int = 4,
+        collisions: Collisions | None = None,
+        executor_write_mb: float | None = None,
+    ) -> None:
         if collisions is not None and collisions.refuse:
             raise ConfigError(
                 "errors.actions.collision",
@@ -98,6 +111,8 @@ class DeltaTarget:
         self.log_order = False  # no statements: a log-order transaction commits its net change
         self._constraints: dict[str, dict[str, str]] = {}  # CHECK constraints by table, as last read
         self._exceptions = store_path(self.root, app_id)
+        self._executor_bytes = None if executor_write_mb is None else int(executor_write_mb * 2**20)
+        self._spark: Any = None
 
     def apply_cycle(
         self,
@@ -117,7 +132,27 @@ class DeltaTarget:
                 constraints refused before any table committed.
         """
         self._check_first(cycle_id, changes)
+        if self._spark is not None and self._executor_bytes is not None:
+            writes = executor_writes(changes, self._executor_bytes, self._constraints)
+            if writes:
+                commit = CycleCommit(str(self.root), self.app_id, self.collisions, cycle_id, part)
+                return apply_beside_executors(self, self._spark, commit, writes, changes)
         return apply_tables(self, self.threads, cycle_id, changes, part)
+
+    def use_spark(self, spark: Any) -> None:
+        """Commit large tables on ``spark``'s executors from now on, unless speculation may run a task twice at once."""
+        if spark is not None and spark.conf.get("spark.speculation", "false").lower() == "true":
+            log.warning("spark.speculation is on: every Delta table is committed by the driver")
+            spark = None
+        self._spark = spark
+
+    def constraints(self, table: str) -> dict[str, str] | None:
+        """The CHECK constraints of ``table`` as last read (None: not read)."""
+        return self._constraints.get(table)
+
+    def learn_constraints(self, table: str, constraints: Mapping[str, str]) -> None:
+        """Keep the constraints another process read of ``table`` (an executor that committed it)."""
+        self._constraints[table] = dict(constraints)
 
     def apply_log_order(self, cycle_id: int, part: Part, *args: Any) -> CycleLoad:
         """Not for Delta (``log_order`` is False): a Delta table takes commits, not statements."""
@@ -229,7 +264,7 @@ class DeltaTarget:
         path = self.table_path(table)
         with _target_errors(table, "reading the committed cycle"):
             current = _open(path)
-            return 0 if current is None else self._held_cycle(table, path, current)
+            return 0 if current is None else self._held(table, path, current)[0]
 
     def highest_cycle(self, tables: Iterable[str]) -> int:
         """The newest cycle ``tables`` hold; with none named, every table under the root (a first start)."""
@@ -283,10 +318,6 @@ class DeltaTarget:
     def run_lock(self) -> AbstractContextManager[None]:
         """No lock of its own: the work folder's run lock, which the engine holds, covers a Delta target."""
         return nullcontext()
-
-    def _held_cycle(self, table: str, path: Path, current: DeltaTable) -> int:
-        """The cycle of the newest tagged commit along ``current``'s state (one log read when it is the newest)."""
-        return self._held(table, path, current)[0]
 
     def _held(self, table: str, path: Path, current: DeltaTable) -> tuple[int, int | None]:
         """The cycle the table's state holds, and how many of its transactions (None: all of them).
@@ -363,34 +394,14 @@ class DeltaTarget:
             return True, cycle_id, found
 
     def read_arrow(self, table: str) -> pa.Table | None:
-        """The table's current contents.
-
-        Args:
-            table: ``schema.table``.
-
-        Returns:
-            Every row, in no particular order; None when the table is missing.
-
-        Raises:
-            TargetError: the table cannot be read.
-        """
+        """Every row of ``table`` (``schema.table``), in no order; None when it is missing (TargetError: unreadable)."""
         path = self.table_path(table)
         with _target_errors(table, "reading"):
             current = _open(path)
             return None if current is None else current.to_pyarrow_table()
 
     def file_uris(self, table: str) -> list[str]:
-        """The Parquet files of the table's current version, for readers such as Spark.
-
-        Args:
-            table: ``schema.table``.
-
-        Returns:
-            The files' URIs; empty when the table is missing or holds no file.
-
-        Raises:
-            TargetError: the table cannot be read.
-        """
+        """The URIs of ``table``'s current Parquet files, for readers such as Spark; none when it is missing."""
         path = self.table_path(table)
         with _target_errors(table, "listing files"):
             current = _open(path)

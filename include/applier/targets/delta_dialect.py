@@ -52,7 +52,11 @@ class DeltaDialect:
         from applier.targets.delta import DeltaTarget
 
         return DeltaTarget(
-            _root(config), config.configuration_name, threads=config.apply.threads, collisions=Collisions.of(config)
+            _root(config),
+            config.configuration_name,
+            threads=config.apply.threads,
+            collisions=Collisions.of(config),
+            executor_write_mb=config.apply.executor_write_mb,
         )
 
     def read_arrow(self, config: Config, table: str) -> Any | None:

@@ -54,11 +54,16 @@ def added_fields(current: DeltaTable, table_def: TableDef, *, extra_nullable: bo
             f"table {table_def.name}: the Delta table was changed so that applying to it could lose data "
             f"({differ}); its columns: {describe(have)}",
             error_class="schema",
+            table=table_def.name,
         )
     added = want[len(have) :]
     required = [f.name for f in added if not f.nullable]
     if required:
-        raise TargetError(f"table {table_def.name}: cannot add non-nullable columns {required} to existing rows")
+        raise TargetError(
+            f"table {table_def.name}: cannot add non-nullable columns {required} to existing rows",
+            error_class="schema",
+            table=table_def.name,
+        )
     return added
 
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from typing import Protocol
 
@@ -26,9 +26,16 @@ class PerTableTarget(Protocol):
 
 
 def apply_tables(
-    target: PerTableTarget, threads: int, cycle_id: int, changes: Mapping[str, TableChanges], part: Part | None = None
+    target: PerTableTarget,
+    threads: int,
+    cycle_id: int,
+    changes: Mapping[str, TableChanges],
+    part: Part | None = None,
+    names: Iterable[str] | None = None,
 ) -> CycleLoad:
     """Apply each table's changes in its own commit, ``threads`` tables at once (``part``: see ``Target.apply_cycle``).
+
+    ``names``: the tables of ``changes`` to apply (None: every one).
 
     A table is taken once the queue has room for it (:meth:`~applier.engine.compiled.CompiledCycle.admit`):
     fewer tables at once when they are large against the queue-memory budget.
@@ -50,7 +57,7 @@ def apply_tables(
         return name, applied, held, found, time.perf_counter() - started
 
     with ThreadPoolExecutor(max_workers=max(1, threads)) as pool:
-        for name, applied, held, found, seconds in pool.map(one, sorted(changes)):
+        for name, applied, held, found, seconds in pool.map(one, sorted(changes if names is None else names)):
             if not applied:
                 load.skipped_tables.append(name)
             if found:

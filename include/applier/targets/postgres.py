@@ -159,6 +159,9 @@ class PostgresTarget:
     def autocorrect(self, tables: frozenset[str]) -> None:
         self._collisions = dataclasses.replace(self._collisions, autocorrect=tables)
 
+    def use_spark(self, spark: Any) -> None:
+        """Nothing: every table is loaded through the driver's connections, in one transaction per cycle."""
+
     def committed_cycles(self, tables: Iterable[str]) -> dict[str, int]:
         """The last cycle committed, for every table at once: one read of the checkpoint row."""
         cycle = self.committed_cycle()

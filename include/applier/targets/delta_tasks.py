@@ -1,0 +1,192 @@
+"""Large tables' Delta commits made by Spark executor tasks, not by the driver.
+
+A table's MERGE (or a keyless table's rewrite) reads its target files and
+grows with the table, not with the cycle: on a cluster, a driver that commits
+every table caps the cycle at one machine's CPU, and holds each table's net
+changes in memory while it writes them. A table whose compiled changes are all
+in files (the compile job's chunk files, its spill file) and weigh at least
+``apply.executor_write_mb`` is therefore committed by a task of one Spark job
+per cycle, one table a task, largest first; the driver commits the smaller
+tables meanwhile, where a task would cost more than the write.
+
+The task does exactly what the driver would (:meth:`DeltaTarget.apply_one`):
+it reads the table's changes from the job's folder, opens the table afresh,
+reads the cycle it holds, and skips a cycle already committed. A task that
+Spark runs again after a lost executor therefore cannot commit twice. It never
+runs twice at once: with ``spark.speculation`` on, every table is committed by
+the driver. What the task found (applied or skipped, the cycle held, the
+collisions, the table's CHECK constraints) or the error it met goes back to
+the driver, which records and raises it as if it had written the table itself.
+"""
+
+from __future__ import annotations
+
+import pickle
+import time
+from collections.abc import Iterator, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from functools import partial
+from pathlib import Path
+from typing import Any, Protocol
+
+import pyarrow as pa
+
+from applier.engine.changes import TableChanges
+from applier.engine.compiled import CompiledCycle, to_table_changes
+from applier.engine.spill import read_spill
+from applier.engine.worker_path import prepare_worker
+from applier.errors import TargetError
+from applier.intermediate.schema import TableDef
+from applier.targets import CycleLoad, Part
+from applier.targets.collisions import Collisions
+from applier.targets.per_table import PerTableTarget, apply_tables
+
+
+@dataclass(frozen=True)
+class TableWrite:
+    """One table a task commits: its definition, whether the cycle empties it first, its changes' files."""
+
+    table: TableDef
+    truncated: bool
+    files: tuple[str, ...]
+    nbytes: int
+
+
+@dataclass(frozen=True)
+class CycleCommit:
+    """What every task of a cycle's job shares: the target, its collisions and the cycle (or part) committed."""
+
+    root: str
+    app_id: str
+    collisions: Collisions
+    cycle_id: int
+    part: Part | None
+
+
+@dataclass(frozen=True)
+class Written:
+    """What a task did with one table: ``apply_one``'s answer, its seconds, the table's constraints, or the error."""
+
+    name: str
+    applied: bool = False
+    held: int = 0
+    found: Mapping[str, int] = field(default_factory=dict)
+    seconds: float = 0.0
+    constraints: Mapping[str, str] | None = None
+    error: BaseException | None = None
+
+
+def executor_writes(
+    changes: Mapping[str, TableChanges], min_bytes: int, constrained: Mapping[str, Mapping[str, str]]
+) -> list[TableWrite]:
+    """The tables of a compiled cycle an executor commits: all in files, ``min_bytes`` or more, no CHECK constraint.
+
+    A table with constraints is checked by the driver before any table
+    commits, which reads its changes there anyway.
+    """
+    if not isinstance(changes, CompiledCycle):
+        return []
+    writes = []
+    for name in sorted(changes):
+        found = changes.in_files(name)
+        if found is None or not found[0] or found[1] < min_bytes or constrained.get(name):
+            continue
+        files, nbytes = found
+        writes.append(TableWrite(changes.tables[name], name in changes.truncated, tuple(map(str, files)), nbytes))
+    return writes
+
+
+class ExecutorWriter(PerTableTarget, Protocol):
+    """A per-table target that learns what the executors found of its tables' constraints."""
+
+    threads: int
+
+    def learn_constraints(self, table: str, constraints: Mapping[str, str]) -> None: ...
+
+
+def apply_beside_executors(
+    target: ExecutorWriter,
+    spark: Any,
+    commit: CycleCommit,
+    writes: Sequence[TableWrite],
+    changes: Mapping[str, TableChanges],
+) -> CycleLoad:
+    """Commit ``writes`` on the executors while the driver commits the cycle's other tables; the load of both.
+
+    Raises:
+        TargetError: as :func:`~applier.targets.per_table.apply_tables` does, once both are done: the
+            driver's failure first, then the executors' first by table name.
+    """
+    off = {w.table.name for w in writes}
+    failed: BaseException | None = None
+    with ThreadPoolExecutor(max_workers=1) as side:
+        remote = side.submit(write_on_executors, spark, commit, writes)
+        try:
+            rest = [n for n in sorted(changes) if n not in off]
+            load = apply_tables(target, target.threads, commit.cycle_id, changes, commit.part, rest)
+        except BaseException as e:  # raised once the executors are done too: no commit is left under way
+            failed = e
+        try:
+            written = sorted(remote.result(), key=lambda w: w.name)
+        finally:
+            if failed is not None:
+                raise failed
+    for one in written:
+        if one.constraints is not None:
+            target.learn_constraints(one.name, one.constraints)
+    errors = [one.error for one in written if one.error is not None]
+    if errors:
+        raise errors[0]
+    for one in written:
+        if not one.applied:
+            load.skipped_tables.append(one.name)
+        if one.found:
+            load.collisions[one.name] = dict(one.found)
+        load.held[one.name] = one.held
+        load.table_seconds[one.name] = {"apply_on_executor": round(one.seconds, 3)}
+    return load
+
+
+def write_on_executors(spark: Any, commit: CycleCommit, writes: Sequence[TableWrite]) -> list[Written]:
+    """Commit each of ``writes`` in a task of one Spark job (largest first); what each task did, table by table."""
+    ordered = sorted(writes, key=lambda w: (-w.nbytes, w.table.name))
+    context = spark.sparkContext
+    context.setJobDescription(f"cycle {commit.cycle_id}: Delta commits of {len(ordered)} large tables")
+    try:
+        done: list[Written] = (
+            context.parallelize(ordered, len(ordered)).mapPartitions(partial(_commit_tables, commit)).collect()
+        )
+        return done
+    finally:
+        context.setJobDescription(None)
+
+
+def _commit_tables(commit: CycleCommit, writes: Iterator[TableWrite]) -> Iterator[Written]:
+    """A task: each table's changes read from its files and committed as the driver would."""
+    prepare_worker()
+    from applier.targets.delta import DeltaTarget  # the target module imports this one
+
+    target = DeltaTarget(Path(commit.root), commit.app_id, threads=1, collisions=commit.collisions)
+    for write in writes:
+        name = write.table.name
+        started = time.perf_counter()
+        try:
+            parts = [pa.Table.from_batches([batch]) for path in write.files for batch in read_spill(path)]
+            changes = to_table_changes(write.table, write.truncated, parts)
+            del parts
+            applied, held, found = target.apply_one(commit.cycle_id, changes, commit.part)
+        except Exception as e:  # the driver raises it, as if it had written the table
+            yield Written(name, seconds=time.perf_counter() - started, error=_sendable(name, e))
+        else:
+            seconds = time.perf_counter() - started
+            yield Written(name, applied, held, found, seconds, target.constraints(name))
+
+
+def _sendable(name: str, error: Exception) -> BaseException:
+    """``error`` itself when it survives pickling, else a :class:`TargetError` naming the table and saying it."""
+    try:
+        pickle.loads(pickle.dumps(error))
+    except Exception:  # any failure to pickle: send a plain description
+        return TargetError(f"table {name}: {type(error).__name__}: {error}", table=name, code=type(error).__name__)
+    return error
