@@ -15,9 +15,11 @@ from deltalake import DeltaTable, write_deltalake
 from applier.engine.compile import compile_cycle
 from applier.engine.compiled import CompiledCycle
 from applier.errors import TargetError
+from applier.generate import generate_workload
 from applier.intermediate.schema import Column, TableDef
 from applier.targets.delta import DeltaTarget
-from applier.targets.delta_tasks import executor_writes
+from applier.targets.delta_tasks import TableWrite, executor_writes, task_tables
+from engine_support import assert_target_equals_reference, make_config, run
 
 pytestmark = pytest.mark.spark
 
@@ -111,7 +113,7 @@ def test_executor_tasks_leave_the_tables_the_driver_leaves_and_skip_a_cycle_held
     assert {n: DeltaTable(str(on_executors.table_path(n))).version() for n in TABLES} == versions
 
 
-def test_only_tables_at_or_above_the_size_go_to_the_executors(
+def test_a_cycle_goes_to_the_executors_from_its_size_on_and_its_tables_are_shared_by_weight(
     spark: Any, tmp_path: Path, compiled_cycles: list[CompiledCycle]
 ) -> None:
     compiled = compiled_cycles[0]
@@ -120,17 +122,33 @@ def test_only_tables_at_or_above_the_size_go_to_the_executors(
         found = compiled.in_files(name)
         assert found is not None and found[0], f"{name}'s changes are in chunk files"
         sizes[name] = found[1]
-    assert sizes["bank.accounts"] > sizes["bank.ledger"]
-    threshold = (sizes["bank.accounts"] + sizes["bank.ledger"]) / 2
-    assert [w.table.name for w in executor_writes(compiled, int(threshold), {})] == ["bank.accounts"]
-    assert executor_writes(compiled, 0, {"bank.accounts": {"positive": "balance > 0"}})[0].table.name == "bank.ledger"
+    total = sum(sizes.values())
+    assert [w.table.name for w in executor_writes(compiled, total, {})] == sorted(TABLES)
+    assert executor_writes(compiled, total + 1, {}) == []
+    constrained = {"bank.accounts": {"positive": "balance > 0"}}
+    assert [w.table.name for w in executor_writes(compiled, 0, constrained)] == ["bank.ledger"]
     assert executor_writes(dict(compiled.items()), 0, {}) == []  # changes already in memory stay on the driver
 
-    target = executor_target(tmp_path, spark, threshold / 2**20)
-    load = target.apply_cycle(1, compiled, {})
-    assert list(load.table_seconds["bank.accounts"]) == ["apply_on_executor"]
-    assert list(load.table_seconds["bank.ledger"]) == ["apply"]
-    assert {n: target.committed_cycle(n) for n in TABLES} == dict.fromkeys(TABLES, 1)
+    small = executor_target(tmp_path / "small", spark, (total + 1) / 2**20)
+    assert {n: list(s) for n, s in small.apply_cycle(1, compiled, {}).table_seconds.items()} == {
+        n: ["apply"] for n in TABLES
+    }
+    large = executor_target(tmp_path / "large", spark, total / 2**20)
+    assert {n: list(s) for n, s in large.apply_cycle(1, compiled, {}).table_seconds.items()} == {
+        n: ["apply_on_executor"] for n in TABLES
+    }
+    for name in TABLES:
+        assert contents(large, name) == contents(small, name)
+
+
+def test_tables_are_shared_among_tasks_heaviest_first_each_to_the_lightest_task() -> None:
+    def write(name: str, nbytes: int) -> TableWrite:
+        return TableWrite(TableDef(f"s.{name}", (Column("c", "int", True),), ()), False, (f"/{name}",), nbytes)
+
+    writes = [write("a", 10), write("b", 70), write("c", 40), write("d", 30), write("e", 20)]
+    bins = task_tables(writes, 2)
+    assert [[w.table.name for w in b] for b in bins] == [["s.b", "s.e"], ["s.c", "s.d", "s.a"]]
+    assert [[w.table.name for w in b] for b in task_tables(writes[:1], 4)] == [["s.a"]]  # no empty task
 
 
 def test_an_executors_failure_is_the_driver_s_error_naming_the_table(
@@ -152,3 +170,19 @@ def test_an_executors_failure_is_the_driver_s_error_naming_the_table(
         assert target.committed_cycle("bank.ledger") == 1  # the other table committed; the cycle's re-run skips it
         errors.append((str(caught.value), caught.value.error_class, caught.value.transient, caught.value.code))
     assert errors[0] == errors[1]
+
+
+@pytest.mark.parametrize("executor_write_mb", [0, "null"])
+def test_runs_committing_on_the_executors_or_the_driver_equal_the_reference(
+    tmp_path: Path, spark: Any, executor_write_mb: Any
+) -> None:
+    generate_workload(tmp_path / "in", seed=7, transactions=250, file_size_mb=0.05, profile="demo")
+    config = make_config(
+        tmp_path, tmp_path / "in", process_intermediate_size_per_job=0.2, executor_write_mb=executor_write_mb
+    )
+    summary = run(config, spark)
+    assert len(summary.reports) > 1
+    assert_target_equals_reference(config, tmp_path / "in")
+    reports = [json.loads(line) for line in (config.work_dir / "cycles.jsonl").read_text().splitlines()]
+    where = {step for r in reports for steps in r["table_seconds"].values() for step in steps}
+    assert where == ({"apply_on_executor"} if executor_write_mb == 0 else {"apply"})

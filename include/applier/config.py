@@ -63,9 +63,10 @@ class ApplyConfig:
     takes :data:`QUEUE_MEMORY_SHARE` of the driver memory
     (:func:`queue_memory_bytes`).
 
-    ``executor_write_mb``: Delta tables whose compiled changes of a cycle
-    weigh this many MiB or more are committed by Spark executor tasks, not
-    by the driver (:mod:`applier.targets.delta_tasks`); None: all by the driver.
+    ``executor_write_mb``: a cycle whose Delta tables' compiled changes weigh
+    this many MiB or more together has them committed by Spark executor
+    tasks, not by the driver (:mod:`applier.targets.delta_tasks`); None: all
+    by the driver.
     """
 
     process_intermediate_size_per_job: float = 0.0

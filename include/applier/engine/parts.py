@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
+from itertools import chain
 from pathlib import Path
 from typing import Any
 
@@ -112,7 +113,7 @@ def _unsized(cycle: CycleInput, order: Sequence[str]) -> Shapes:
 
 
 def _commit_lsns(cycle: CycleInput, order: Sequence[str]) -> np.ndarray:
-    return np.fromiter((cycle.commits[xid] for xid in order), np.int64, len(order))
+    return np.fromiter(map(cycle.commits.__getitem__, order), np.int64, len(order))
 
 
 def compiles_whole(config: Config, target: Target) -> bool:
@@ -178,7 +179,7 @@ def txn_shapes(
         commands[i] += txn.rows
         cdb_bytes[i] = estimate_cdb_bytes({table: round(n) for table, n in shares.items()}, sizes)
     truncating = {xid for xid, _ in cycle.truncates} | {x for x, t in taken.items() if t.truncates}
-    truncates = np.fromiter((xid in truncating for xid in order), np.bool_, len(order))
+    truncates = np.fromiter(map(truncating.__contains__, order), np.bool_, len(order))
     commit_lsns = _commit_lsns(cycle, order)
     return Shapes(order, commit_lsns, commands, cdb_bytes, truncates)
 
@@ -273,7 +274,7 @@ def _pass(c: PartContext, part: Part, xid: str, error: TargetError, action: str)
 
 def _compile_groups(c: PartContext, groups: Sequence[Sequence[str]]) -> list[Any]:
     """Several compilable groups of the cycle in one Spark job, a holder for each."""
-    cycle, taken = narrowed(c.cycle, c.taken, [x for group in groups for x in group])
+    cycle, taken = narrowed(c.cycle, c.taken, list(chain.from_iterable(groups)))
     return list(compile_committed(c.spark, cycle, taken, c.tables, c.holder, c.memory_file, c.report, groups=groups))
 
 

@@ -186,8 +186,9 @@ def read_tasks(
 
 def commits_of(commits: Mapping[str, int], xids: Collection[str]) -> pa.Table:
     """The ``xid, commit_lsn`` of those of ``xids`` that commit."""
-    mine = sorted(x for x in xids if x in commits)
-    return pa.table([pa.array(mine, pa.string()), pa.array([commits[x] for x in mine], pa.int64())], schema=_COMMITS)
+    mine = sorted(filter(commits.__contains__, xids))
+    lsns = list(map(commits.__getitem__, mine))
+    return pa.table([pa.array(mine, pa.string()), pa.array(lsns, pa.int64())], schema=_COMMITS)
 
 
 def task_rows(

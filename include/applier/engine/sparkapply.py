@@ -248,7 +248,7 @@ def narrowed(
     ``xids``, each once, naming every committed transaction (the groups of a
     cycle compiled in one job) give the cycle itself: no copy of its commits.
     """
-    if len(xids) == len(cycle.commits) and all(x in cycle.commits for x in xids):
+    if len(xids) == len(cycle.commits) and all(map(cycle.commits.__contains__, xids)):
         return cycle, dict(taken)
     keep = set(xids)
     part = replace(

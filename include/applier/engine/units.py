@@ -47,7 +47,11 @@ Changed = dict[str, tuple[bool, int]]
 
 def commit_order(commits: Mapping[str, int]) -> list[str]:
     """The committed transactions in commit order (by commit lsn; xid for a tie, which the spec rules out)."""
-    return sorted(commits, key=lambda xid: (commits[xid], xid))
+    order = sorted(commits, key=commits.__getitem__)  # a third of the time of a (lsn, xid) key per transaction
+    lsns = np.fromiter(map(commits.__getitem__, order), np.int64, len(order))
+    if len(lsns) > 1 and not bool((lsns[1:] > lsns[:-1]).all()):
+        order.sort(key=lambda xid: (commits[xid], xid))
+    return order
 
 
 def then(before: Changed, after: Changed) -> Changed:

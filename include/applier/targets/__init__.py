@@ -172,7 +172,7 @@ class Target(Protocol):
         ...
 
     def use_spark(self, spark: Any) -> None:
-        """The run's Spark session, for a target that commits large tables on executors (Delta); others ignore it."""
+        """The run's Spark session, for a target that commits large cycles on executors (Delta); others ignore it."""
         ...
 
     def committed_cycles(self, tables: Iterable[str]) -> dict[str, int]:

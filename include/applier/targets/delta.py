@@ -80,10 +80,10 @@ class DeltaTarget:
         threads: tables committed at once by :meth:`apply_cycle`.
         collisions: what a collision does: counted
             (:func:`~applier.targets.delta_write.merge_collisions`), never refused.
-        executor_write_mb: tables whose compiled changes weigh this many MiB
-            or more are committed by Spark executor tasks once a session is
-            given (:meth:`use_spark`, :mod:`~applier.targets.delta_tasks`);
-            None: every table by this process.
+        executor_write_mb: a cycle whose tables' compiled changes weigh this
+            many MiB or more together has them committed by Spark executor
+            tasks once a session is given (:meth:`use_spark`,
+            :mod:`~applier.targets.delta_tasks`); None: every table by this process.
     """
 
     def __init__(
@@ -140,7 +140,7 @@ class DeltaTarget:
         return apply_tables(self, self.threads, cycle_id, changes, part)
 
     def use_spark(self, spark: Any) -> None:
-        """Commit large tables on ``spark``'s executors from now on, unless speculation may run a task twice at once."""
+        """Commit large cycles on ``spark``'s executors from now on, unless speculation may run a task twice at once."""
         if spark is not None and spark.conf.get("spark.speculation", "false").lower() == "true":
             log.warning("spark.speculation is on: every Delta table is committed by the driver")
             spark = None

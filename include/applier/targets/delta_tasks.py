@@ -1,13 +1,15 @@
-"""Large tables' Delta commits made by Spark executor tasks, not by the driver.
+"""A cycle's Delta commits made by Spark executor tasks, not by the driver.
 
 A table's MERGE (or a keyless table's rewrite) reads its target files and
 grows with the table, not with the cycle: on a cluster, a driver that commits
 every table caps the cycle at one machine's CPU, and holds each table's net
-changes in memory while it writes them. A table whose compiled changes are all
-in files (the compile job's chunk files, its spill file) and weigh at least
-``apply.executor_write_mb`` is therefore committed by a task of one Spark job
-per cycle, one table a task, largest first; the driver commits the smaller
-tables meanwhile, where a task would cost more than the write.
+changes in memory while it writes them. When the tables whose compiled changes
+are all in files (the compile job's chunk files, spill files) weigh
+``apply.executor_write_mb`` or more together, they are committed by one Spark
+job, shared among its tasks by weight; the driver commits the rest meanwhile
+(tables with CHECK constraints, which it checks first, and tables whose
+changes net to nothing). A smaller cycle stays on the driver, where a job
+would cost more than its writes.
 
 The task does exactly what the driver would (:meth:`DeltaTarget.apply_one`):
 it reads the table's changes from the job's folder, opens the table afresh,
@@ -80,21 +82,34 @@ class Written:
 def executor_writes(
     changes: Mapping[str, TableChanges], min_bytes: int, constrained: Mapping[str, Mapping[str, str]]
 ) -> list[TableWrite]:
-    """The tables of a compiled cycle an executor commits: all in files, ``min_bytes`` or more, no CHECK constraint.
+    """The tables of a compiled cycle its executors commit: those whose changes are all in files, without CHECK
+    constraints, when together they weigh ``min_bytes`` or more; else none (a job would cost more than the writes).
 
     A table with constraints is checked by the driver before any table
-    commits, which reads its changes there anyway.
+    commits, which reads its changes there anyway; a table whose changes net
+    to nothing has no file, and the driver only makes sure it exists.
     """
     if not isinstance(changes, CompiledCycle):
         return []
     writes = []
     for name in sorted(changes):
         found = changes.in_files(name)
-        if found is None or not found[0] or found[1] < min_bytes or constrained.get(name):
+        if found is None or not found[0] or constrained.get(name):
             continue
         files, nbytes = found
         writes.append(TableWrite(changes.tables[name], name in changes.truncated, tuple(map(str, files)), nbytes))
-    return writes
+    return writes if sum(w.nbytes for w in writes) >= min_bytes else []
+
+
+def task_tables(writes: Sequence[TableWrite], tasks: int) -> list[list[TableWrite]]:
+    """``writes`` shared among at most ``tasks`` tasks by weight, largest first, each to the lightest task so far."""
+    bins: list[list[TableWrite]] = [[] for _ in range(max(1, min(tasks, len(writes))))]
+    loads = [0] * len(bins)
+    for write in sorted(writes, key=lambda w: (-w.nbytes, w.table.name)):
+        lightest = loads.index(min(loads))
+        bins[lightest].append(write)
+        loads[lightest] += write.nbytes
+    return bins
 
 
 class ExecutorWriter(PerTableTarget, Protocol):
@@ -149,17 +164,25 @@ def apply_beside_executors(
 
 
 def write_on_executors(spark: Any, commit: CycleCommit, writes: Sequence[TableWrite]) -> list[Written]:
-    """Commit each of ``writes`` in a task of one Spark job (largest first); what each task did, table by table."""
-    ordered = sorted(writes, key=lambda w: (-w.nbytes, w.table.name))
+    """Commit ``writes`` in one Spark job, twice as many tasks as the application has cores (fewer for fewer tables).
+
+    Returns:
+        What was done with each table, in no order.
+    """
     context = spark.sparkContext
-    context.setJobDescription(f"cycle {commit.cycle_id}: Delta commits of {len(ordered)} large tables")
+    bins = task_tables(writes, 2 * context.defaultParallelism)
+    context.setJobDescription(f"cycle {commit.cycle_id}: Delta commits of {len(writes)} tables")
     try:
-        done: list[Written] = (
-            context.parallelize(ordered, len(ordered)).mapPartitions(partial(_commit_tables, commit)).collect()
-        )
+        job = context.parallelize(bins, len(bins)).mapPartitions(partial(_commit_task, commit))
+        done: list[Written] = job.collect()
         return done
     finally:
         context.setJobDescription(None)
+
+
+def _commit_task(commit: CycleCommit, bins: Iterator[list[TableWrite]]) -> Iterator[Written]:
+    """A task: its tables, one after the other."""
+    return _commit_tables(commit, (write for tables in bins for write in tables))
 
 
 def _commit_tables(commit: CycleCommit, writes: Iterator[TableWrite]) -> Iterator[Written]:
