@@ -78,6 +78,8 @@ def test_the_config_is_frozen(tmp_path: Path) -> None:
         ("alert.max_lag_seconds=-5", "alert.max_lag_seconds", "> 0, or null for no lag alert"),
         ("alert.max_lag_seconds=10m", "alert.max_lag_seconds", "a number of seconds"),
         ("alert.max_lag_seconds=true", "alert.max_lag_seconds", "a number of seconds"),
+        ("apply.executor_write_mb=-1", "apply.executor_write_mb", "MiB >= 0, off, or null for 4 on a cluster"),
+        ("apply.executor_write_mb=never", "apply.executor_write_mb", "MiB >= 0, off, or null"),
         ("apply.buffer_size=10", "apply.buffer_size", "unknown key"),
         ("novalue", "--set", "key=value"),
     ],
@@ -89,6 +91,13 @@ def test_a_bad_value_or_unknown_key_is_refused_naming_key_value_and_what_is_allo
         load_config(_file(tmp_path), [override])
     assert refused.value.key == key
     assert f"'{key}'" in str(refused.value) and says in str(refused.value)
+
+
+def test_executor_commits_are_sized_by_the_master_unless_a_size_or_off_is_set(tmp_path: Path) -> None:
+    assert load_config(_file(tmp_path)).apply.executor_write_mb is None
+    assert load_config(_file(tmp_path), ["apply.executor_write_mb=0"]).apply.executor_write_mb == 0.0
+    assert load_config(_file(tmp_path), ["apply.executor_write_mb=16"]).apply.executor_write_mb == 16.0
+    assert load_config(_file(tmp_path), ["apply.executor_write_mb=off"]).apply.executor_write_mb == float("inf")
 
 
 def test_the_lag_alert_is_off_unless_a_threshold_is_set(tmp_path: Path) -> None:

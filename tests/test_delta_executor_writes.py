@@ -18,7 +18,7 @@ from applier.errors import TargetError
 from applier.generate import generate_workload
 from applier.intermediate.schema import Column, TableDef
 from applier.targets.delta import DeltaTarget
-from applier.targets.delta_tasks import TableWrite, executor_writes, task_tables
+from applier.targets.delta_tasks import TableWrite, executor_threshold, executor_writes, task_tables
 from engine_support import assert_target_equals_reference, make_config, run
 
 pytestmark = pytest.mark.spark
@@ -90,7 +90,7 @@ def contents(target: DeltaTarget, name: str) -> list[tuple[Any, ...]]:
 def test_executor_tasks_leave_the_tables_the_driver_leaves_and_skip_a_cycle_held(
     spark: Any, tmp_path: Path, compiled_cycles: list[CompiledCycle]
 ) -> None:
-    on_driver = DeltaTarget(tmp_path / "driver", APP, executor_write_mb=None)
+    on_driver = DeltaTarget(tmp_path / "driver", APP)  # with a local master, by default, the driver commits
     on_driver.use_spark(spark)
     on_executors = executor_target(tmp_path / "executors", spark)
     for cycle_id, compiled in enumerate(compiled_cycles, start=1):
@@ -141,6 +141,15 @@ def test_a_cycle_goes_to_the_executors_from_its_size_on_and_its_tables_are_share
         assert contents(large, name) == contents(small, name)
 
 
+def test_the_default_with_a_local_master_is_the_driver_and_a_size_or_off_holds_wherever(spark: Any) -> None:
+    assert spark.sparkContext.master.startswith("local[")
+    assert executor_threshold(None, spark) is None
+    assert executor_threshold(2.5, spark) == int(2.5 * 2**20)
+    assert executor_threshold(0.0, spark) == 0
+    assert executor_threshold(float("inf"), spark) is None
+    assert executor_threshold(0.0, None) is None  # no session, no executors
+
+
 def test_tables_are_shared_among_tasks_heaviest_first_each_to_the_lightest_task() -> None:
     def write(name: str, nbytes: int) -> TableWrite:
         return TableWrite(TableDef(f"s.{name}", (Column("c", "int", True),), ()), False, (f"/{name}",), nbytes)
@@ -156,7 +165,7 @@ def test_an_executors_failure_is_the_driver_s_error_naming_the_table(
 ) -> None:
     errors = []
     for where, target in (
-        ("driver", DeltaTarget(tmp_path / "driver", APP, executor_write_mb=None)),
+        ("driver", DeltaTarget(tmp_path / "driver", APP, executor_write_mb=float("inf"))),
         ("executors", executor_target(tmp_path / "executors", spark)),
     ):
         # The accounts table is already there, its balance a string: the cycle's decimals cannot land.
@@ -172,7 +181,7 @@ def test_an_executors_failure_is_the_driver_s_error_naming_the_table(
     assert errors[0] == errors[1]
 
 
-@pytest.mark.parametrize("executor_write_mb", [0, "null"])
+@pytest.mark.parametrize("executor_write_mb", [0, "off", "null"])
 def test_runs_committing_on_the_executors_or_the_driver_equal_the_reference(
     tmp_path: Path, spark: Any, executor_write_mb: Any
 ) -> None:

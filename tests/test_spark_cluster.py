@@ -182,11 +182,12 @@ def spark_cluster(tmp_path: Path) -> Iterator[StandaloneCluster]:
             _stop(process)
 
 
-def write_config(root: Path, intermediate: Path) -> Path:
+def write_config(root: Path, intermediate: Path, executor_write_mb: str = "null") -> Path:
     """A configuration file over ``intermediate`` with output and target under ``root``.
 
     Small cycles and a tiny buffer, so that several cycles run and open
-    transactions spill to files the executors must read.
+    transactions spill to files the executors must read; ``executor_write_mb``
+    (``apply.executor_write_mb``): from what size a cycle's Delta commits are the executors'.
     """
     root.mkdir(parents=True, exist_ok=True)
     path = root / "applier.yaml"
@@ -197,6 +198,7 @@ def write_config(root: Path, intermediate: Path) -> Path:
         "apply:\n"
         "  process_intermediate_size_per_job: 0.15\n"
         "  buffer_size_for_split_records: 1024\n"
+        f"  executor_write_mb: {executor_write_mb}\n"
         "target:\n"
         "  type: delta\n"
         f"  path: {root / 'target'}\n"
@@ -240,7 +242,7 @@ def test_apply_job_on_a_standalone_cluster_reaches_the_local_mode_target(
 ) -> None:
     intermediate = tmp_path / "in"
     workload = generate_workload(intermediate, seed=7, transactions=150, file_size_mb=0.05, profile="demo")
-    on_cluster = load_config(write_config(tmp_path / "cluster-run", intermediate))
+    on_cluster = load_config(write_config(tmp_path / "cluster-run", intermediate, executor_write_mb="0"))
     local = load_config(write_config(tmp_path / "local-run", intermediate))
 
     result = submit(spark_cluster, tmp_path / "cluster-run" / "applier.yaml")
@@ -265,6 +267,10 @@ def test_apply_job_on_a_standalone_cluster_reaches_the_local_mode_target(
     assert cluster_point.row_counts == local_point.row_counts
     reports = [json.loads(line) for line in (on_cluster.work_dir / "cycles.jsonl").read_text().splitlines()]
     assert any(r["spill_created"] for r in reports), "a tiny buffer spills: executors read spill files"
+    # Every cycle's Delta tables were committed by the cluster's executors; in local mode, by default, by the driver.
+    assert {step for r in reports for steps in r["table_seconds"].values() for step in steps} == {"apply_on_executor"}
+    local_reports = [json.loads(line) for line in (local.work_dir / "cycles.jsonl").read_text().splitlines()]
+    assert {step for r in local_reports for steps in r["table_seconds"].values() for step in steps} == {"apply"}
 
     assert canonical_target(on_cluster, intermediate) == canonical_target(local, intermediate)
     assert_target_equals_reference(on_cluster, intermediate)

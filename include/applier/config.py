@@ -65,8 +65,9 @@ class ApplyConfig:
 
     ``executor_write_mb``: a cycle whose Delta tables' compiled changes weigh
     this many MiB or more together has them committed by Spark executor
-    tasks, not by the driver (:mod:`applier.targets.delta_tasks`); None: all
-    by the driver.
+    tasks, not by the driver (:mod:`applier.targets.delta_tasks`); infinity
+    (``off``): all by the driver; None: 4 MiB on a cluster, the driver with a
+    local master (:func:`~applier.targets.delta_tasks.executor_threshold`).
     """
 
     process_intermediate_size_per_job: float = 0.0
@@ -75,7 +76,7 @@ class ApplyConfig:
     intermediate_retention_hours: float | None = None
     threads: int = 4
     queue_memory_mb: float | None = None
-    executor_write_mb: float | None = 4.0
+    executor_write_mb: float | None = None
     transient_retries: int = 3
     transient_retry_delay_s: float = 5.0
     compile_retry_threshold: int = 100
@@ -230,7 +231,7 @@ _KEYS: dict[str, tuple[Callable[[str, Any], Any], Any]] = {
     "apply.max_cycles_per_run": (cv.int_at_least(0, "0 means until caught up"), 0),
     "apply.intermediate_retention_hours": (cv.hours_or_forever, None),
     "apply.queue_memory_mb": (cv.megabytes_or_default, None),
-    "apply.executor_write_mb": (cv.megabytes_or_null("every Delta table committed by the driver"), 4.0),
+    "apply.executor_write_mb": (cv.megabytes_off_or_auto("4 on a cluster, off with a local master"), None),
     "target.type": (cv.choice(TARGET_TYPES), dialects.DEFAULT_TYPE),
     "target.path": (cv.text, None),
     "target.url": (cv.text, None),
@@ -263,6 +264,7 @@ _PATH_KEYS = ("intermediate_dir", "output_dir", "target.path")
 _OPTIONAL_KEYS = (
     "apply.intermediate_retention_hours",
     "apply.queue_memory_mb",
+    "apply.executor_write_mb",
     *SOURCE_OPTIONAL_KEYS,
     *ALERT_KEYS,
 )

@@ -129,6 +129,24 @@ def megabytes_or_null(meaning: str) -> Callable[[str, Any], float | None]:
     return check
 
 
+def megabytes_off_or_auto(auto: str) -> Callable[[str, Any], float | None]:
+    """A size in MiB >= 0; ``off`` (infinity: never reached); or null for the default ``auto`` names.
+
+    YAML reads a bare ``off`` as false, which therefore means off too.
+    """
+
+    def check(key: str, v: Any) -> float | None:
+        if v is None:
+            return None
+        if v is False or v == "off":
+            return float("inf")
+        if isinstance(v, bool) or not isinstance(v, int | float) or not 0 <= v < float("inf"):
+            raise ConfigError(key, v, f"use a number of MiB >= 0, off, or null for {auto}")
+        return float(v)
+
+    return check
+
+
 def positive_number(key: str, v: Any) -> float:
     if isinstance(v, bool) or not isinstance(v, int | float) or not v > 0:
         raise ConfigError(key, v, "a number above 0 (MiB)")

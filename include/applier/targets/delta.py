@@ -64,7 +64,7 @@ from applier.targets.delta_log import commit_tags, held_position
 from applier.targets.delta_names import OWN_FOLDER, delta_misfit
 from applier.targets.delta_resubmit import resubmit as resubmit_exception
 from applier.targets.delta_schema import added_fields, check_shape, is_empty, prepared
-from applier.targets.delta_tasks import CycleCommit, apply_beside_executors, executor_writes
+from applier.targets.delta_tasks import CycleCommit, apply_beside_executors, executor_threshold, executor_writes
 from applier.targets.delta_write import apply_counted, apply_keyed
 from applier.targets.per_table import apply_tables
 
@@ -83,7 +83,8 @@ class DeltaTarget:
         executor_write_mb: a cycle whose tables' compiled changes weigh this
             many MiB or more together has them committed by Spark executor
             tasks once a session is given (:meth:`use_spark`,
-            :mod:`~applier.targets.delta_tasks`); None: every table by this process.
+            :func:`~applier.targets.delta_tasks.executor_threshold`; None:
+            the default for the session's master, infinity: never).
     """
 
     def __init__(
@@ -111,7 +112,8 @@ class DeltaTarget:
         self.log_order = False  # no statements: a log-order transaction commits its net change
         self._constraints: dict[str, dict[str, str]] = {}  # CHECK constraints by table, as last read
         self._exceptions = store_path(self.root, app_id)
-        self._executor_bytes = None if executor_write_mb is None else int(executor_write_mb * 2**20)
+        self._executor_mb = executor_write_mb
+        self._executor_bytes: int | None = None
         self._spark: Any = None
 
     def apply_cycle(
@@ -140,11 +142,9 @@ class DeltaTarget:
         return apply_tables(self, self.threads, cycle_id, changes, part)
 
     def use_spark(self, spark: Any) -> None:
-        """Commit large cycles on ``spark``'s executors from now on, unless speculation may run a task twice at once."""
-        if spark is not None and spark.conf.get("spark.speculation", "false").lower() == "true":
-            log.warning("spark.speculation is on: every Delta table is committed by the driver")
-            spark = None
+        """Commit large cycles on ``spark``'s executors from now on (:func:`~.delta_tasks.executor_threshold`)."""
         self._spark = spark
+        self._executor_bytes = executor_threshold(self._executor_mb, spark)
 
     def constraints(self, table: str) -> dict[str, str] | None:
         """The CHECK constraints of ``table`` as last read (None: not read)."""
