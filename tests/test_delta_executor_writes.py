@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -18,7 +19,14 @@ from applier.errors import TargetError
 from applier.generate import generate_workload
 from applier.intermediate.schema import Column, TableDef
 from applier.targets.delta import DeltaTarget
-from applier.targets.delta_tasks import TableWrite, executor_threshold, executor_writes, task_tables
+from applier.targets.delta_tasks import (
+    CycleCommit,
+    TableWrite,
+    apply_beside_executors,
+    executor_threshold,
+    executor_writes,
+    task_tables,
+)
 from engine_support import assert_target_equals_reference, make_config, run
 
 pytestmark = pytest.mark.spark
@@ -195,3 +203,28 @@ def test_runs_committing_on_the_executors_or_the_driver_equal_the_reference(
     reports = [json.loads(line) for line in (config.work_dir / "cycles.jsonl").read_text().splitlines()]
     where = {step for r in reports for steps in r["table_seconds"].values() for step in steps}
     assert where == ({"apply_on_executor"} if executor_write_mb == 0 else {"apply"})
+
+
+class _KillsItsWorker:
+    """Stands for a table whose task dies with its Python worker: unpickled there, it ends the process."""
+
+    name = ACCOUNTS.name
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (os._exit, (7,))
+
+
+def test_a_failed_commit_job_is_a_transient_error_and_the_driver_s_tables_commit(
+    spark: Any, tmp_path: Path, compiled_cycles: list[CompiledCycle]
+) -> None:
+    compiled = compiled_cycles[0]
+    lost = TableWrite(_KillsItsWorker(), False, (), 1)  # type: ignore[arg-type]
+    target = executor_target(tmp_path / "target", spark)
+    commit = CycleCommit(str(target.root), APP, target.collisions, 1, None)
+    with pytest.raises(TargetError) as caught:
+        apply_beside_executors(target, spark, commit, [lost], compiled)
+    assert caught.value.transient and caught.value.error_class == "connection"
+    assert "cycle 1: the Delta commits on the executors failed" in str(caught.value)
+    assert "\n" not in str(caught.value)
+    assert target.committed_cycle("bank.ledger") == 1  # committed by the driver meanwhile
+    assert target.committed_cycle("bank.accounts") == 0

@@ -159,7 +159,8 @@ def apply_beside_executors(
 
     Raises:
         TargetError: as :func:`~applier.targets.per_table.apply_tables` does, once both are done: the
-            driver's failure first, then the executors' first by table name.
+            driver's failure first, then the executors' first by table name; the job's own failure
+            (a task lost with its worker after Spark's retries) as a transient one, class ``connection``.
     """
     off = {w.table.name for w in writes}
     failed: BaseException | None = None
@@ -172,9 +173,10 @@ def apply_beside_executors(
             failed = e
         try:
             written = sorted(remote.result(), key=lambda w: w.name)
-        finally:
-            if failed is not None:
-                raise failed
+        except Exception as e:
+            failed = failed or _job_failed(commit.cycle_id, e)
+        if failed is not None:
+            raise failed
     for one in written:
         if one.constraints is not None:
             target.learn_constraints(one.name, one.constraints)
@@ -232,6 +234,21 @@ def _commit_tables(commit: CycleCommit, writes: Iterator[TableWrite]) -> Iterato
         else:
             seconds = time.perf_counter() - started
             yield Written(name, applied, held, found, seconds, target.constraints(name))
+
+
+def _job_failed(cycle_id: int, error: Exception) -> TargetError:
+    """The job itself failed (a task that died with its Python worker or executor, after Spark's own retries).
+
+    Transient: what its tasks committed holds the cycle, and a retry of the
+    cycle skips those tables and commits the rest.
+    """
+    lines = str(error).strip().splitlines()
+    return TargetError(
+        f"cycle {cycle_id}: the Delta commits on the executors failed: {lines[0] if lines else type(error).__name__}; "
+        "the tables they committed skip the cycle when it is applied again",
+        error_class="connection",
+        code=type(error).__name__,
+    )
 
 
 def _sendable(name: str, error: Exception) -> BaseException:
