@@ -224,7 +224,8 @@ def test_a_failed_commit_job_is_a_transient_error_and_the_driver_s_tables_commit
     with pytest.raises(TargetError) as caught:
         apply_beside_executors(target, spark, commit, [lost], compiled)
     assert caught.value.transient and caught.value.error_class == "connection"
-    assert "cycle 1: the Delta commits on the executors failed" in str(caught.value)
+    assert "cycle 1: the Delta commits on the executors failed: Job aborted" in str(caught.value)
+    assert "Python worker exited unexpectedly" in str(caught.value)  # Spark's cause, not py4j's call
     assert "\n" not in str(caught.value)
     assert target.committed_cycle("bank.ledger") == 1  # committed by the driver meanwhile
     assert target.committed_cycle("bank.accounts") == 0

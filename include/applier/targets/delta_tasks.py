@@ -242,7 +242,8 @@ def _job_failed(cycle_id: int, error: Exception) -> TargetError:
     Transient: what its tasks committed holds the cycle, and a retry of the
     cycle skips those tables and commits the rest.
     """
-    lines = str(error).strip().splitlines()
+    cause = getattr(error, "java_exception", None)  # py4j's own message only names the call that failed
+    lines = str(cause.getMessage() if cause is not None else error).strip().splitlines()
     return TargetError(
         f"cycle {cycle_id}: the Delta commits on the executors failed: {lines[0] if lines else type(error).__name__}; "
         "the tables they committed skip the cycle when it is applied again",
