@@ -281,7 +281,7 @@ class TransactionBuffers:
         taken: dict[str, BufferedTxn] = {}
         group: list[pa.Table] = []
         held, written = 0, False
-        for xid in xids:
+        for xid in list(filter(self._open.__contains__, xids)):  # the few buffered, not every commit
             txn = self.take(xid)
             if txn is None:
                 continue

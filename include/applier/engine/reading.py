@@ -324,8 +324,8 @@ def check_in_driver(cycle: CycleInput) -> None:
 
 def pairs_holding(cycle: CycleInput, xids: Collection[str]) -> list[PairRef]:
     """The cycle's pairs that hold rows of any of ``xids`` (a set or a dict, or made one), in order."""
-    wanted = xids if isinstance(xids, set | frozenset | dict) else set(xids)
-    return [ref for ref in cycle.pairs if any(xid in wanted for xid in cycle.xids_by_seq.get(ref.seq, ()))]
+    wanted = xids.keys() if isinstance(xids, dict) else xids if isinstance(xids, set | frozenset) else set(xids)
+    return [ref for ref in cycle.pairs if not wanted.isdisjoint(cycle.xids_by_seq.get(ref.seq, ()))]
 
 
 def spill_inputs(taken: Mapping[str, BufferedTxn], memory_file: Path | None) -> list[Path]:
