@@ -38,7 +38,7 @@ from applier.engine.sparkapply import (
     record_load,
     transaction_rows,
 )
-from applier.engine.units import Changed, CycleParts, commit_order
+from applier.engine.units import Changed, CycleParts, commit_order_lsns
 from applier.errors import TargetError
 from applier.intermediate.pairs import pair_name
 from applier.intermediate.schema import TableDef
@@ -76,16 +76,16 @@ def cycle_parts(context: PartContext) -> CycleParts:
     """
     c = context
     c.pairs.max_bytes = c.config.queue_memory_bytes // 2  # decoded pairs kept for the parts, beside the queue
-    order = commit_order(c.cycle.commits)
+    order, lsns = commit_order_lsns(c.cycle.commits)
     apply = c.config.apply
     if c.cycle.unmeasured and not compiles_whole(c.config, c.target):
         measure_rest(c.cycle)  # the groups shape this target's compile: their estimates come first
-    later = _MeasuredSizes(c, order) if c.cycle.unmeasured and order else None
+    later = _MeasuredSizes(c, order, lsns) if c.cycle.unmeasured and order else None
     limits = GroupLimits(apply.compile, apply.compile_max_cmds, int(apply.cdb_max_size_mb * 1024 * 1024))
     return CycleParts(
         cycle_id=c.cycle_id,
         order=order,
-        shapes=txn_shapes(c.cycle, c.taken, c.tables, order) if later is None else _unsized(c.cycle, order),
+        shapes=txn_shapes(c.cycle, c.taken, c.tables, order, lsns) if later is None else _unsized(order, lsns),
         apply_part=lambda part, xids: _apply_part(c, part, xids),
         compile_groups=lambda groups: _compile_groups(c, groups),
         apply_compiled=lambda part, holder: apply_compiled(
@@ -106,10 +106,10 @@ def cycle_parts(context: PartContext) -> CycleParts:
     )
 
 
-def _unsized(cycle: CycleInput, order: Sequence[str]) -> Shapes:
+def _unsized(order: Sequence[str], commit_lsns: np.ndarray) -> Shapes:
     """The cycle's transactions in commit order with their commit lsns alone, until :class:`_MeasuredSizes` is asked."""
     none = np.zeros(len(order), np.int64)
-    return Shapes(order, _commit_lsns(cycle, order), none, none, none.astype(np.bool_))
+    return Shapes(order, commit_lsns, none, none, none.astype(np.bool_))
 
 
 def _commit_lsns(cycle: CycleInput, order: Sequence[str]) -> np.ndarray:
@@ -132,6 +132,7 @@ class _MeasuredSizes:
 
     context: PartContext
     order: Sequence[str]
+    commit_lsns: np.ndarray
 
     def pending(self) -> bool:
         return bool(self.context.cycle.unmeasured)
@@ -139,11 +140,15 @@ class _MeasuredSizes:
     def shapes(self) -> Shapes:
         c = self.context
         measure_rest(c.cycle)
-        return txn_shapes(c.cycle, c.taken, c.tables, self.order)
+        return txn_shapes(c.cycle, c.taken, c.tables, self.order, self.commit_lsns)
 
 
 def txn_shapes(
-    cycle: CycleInput, taken: Mapping[str, BufferedTxn], tables: Mapping[str, TableDef], order: Sequence[str]
+    cycle: CycleInput,
+    taken: Mapping[str, BufferedTxn],
+    tables: Mapping[str, TableDef],
+    order: Sequence[str],
+    commit_lsns: np.ndarray | None = None,
 ) -> Shapes:
     """What grouping needs of each committed transaction, in commit order (columns, not an object each).
 
@@ -179,8 +184,13 @@ def txn_shapes(
         commands[i] += txn.rows
         cdb_bytes[i] = estimate_cdb_bytes({table: round(n) for table, n in shares.items()}, sizes)
     truncating = {xid for xid, _ in cycle.truncates} | {x for x, t in taken.items() if t.truncates}
-    truncates = np.fromiter(map(truncating.__contains__, order), np.bool_, len(order))
-    commit_lsns = _commit_lsns(cycle, order)
+    truncates = (
+        np.fromiter(map(truncating.__contains__, order), np.bool_, len(order))
+        if truncating
+        else np.zeros(len(order), np.bool_)
+    )
+    if commit_lsns is None:
+        commit_lsns = _commit_lsns(cycle, order)
     return Shapes(order, commit_lsns, commands, cdb_bytes, truncates)
 
 

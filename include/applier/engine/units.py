@@ -47,11 +47,17 @@ Changed = dict[str, tuple[bool, int]]
 
 def commit_order(commits: Mapping[str, int]) -> list[str]:
     """The committed transactions in commit order (by commit lsn; xid for a tie, which the spec rules out)."""
+    return commit_order_lsns(commits)[0]
+
+
+def commit_order_lsns(commits: Mapping[str, int]) -> tuple[list[str], np.ndarray]:
+    """:func:`commit_order`, and the commit lsns in that order."""
     order = sorted(commits, key=commits.__getitem__)  # a third of the time of a (lsn, xid) key per transaction
     lsns = np.fromiter(map(commits.__getitem__, order), np.int64, len(order))
     if len(lsns) > 1 and not bool((lsns[1:] > lsns[:-1]).all()):
         order.sort(key=lambda xid: (commits[xid], xid))
-    return order
+        lsns = np.fromiter(map(commits.__getitem__, order), np.int64, len(order))
+    return order, lsns
 
 
 def then(before: Changed, after: Changed) -> Changed:
