@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import bisect
 import logging
-import sys
 from collections import Counter
 from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -66,8 +65,10 @@ class CycleInput:
         rollbacks: xids rolled back in these pairs.
         rows_read: rows in the accepted pairs.
         refused: the error of the pair that cut the cycle short, if any.
-        xids_by_seq: for each pair, the xids that have rows in it (a tuple: a set
-            of every xid of 392,000 transactions weighed 24 MiB more).
+        xids_by_seq: for each pair, the xids that have rows in it, each once (an
+            Arrow array: a set of every xid of 392,000 transactions weighed 24 MiB
+            more than a tuple, and a tuple's strings took a cycle of 100,000
+            transactions 40 ms to make and intern). :func:`xids_of` reads it.
         begun_at: xid -> source time (``ts``) of the begin of each transaction begun
             in these pairs and still open after them (what ``applier status`` shows).
         truncates: ``(xid, (table, lsn))`` of every ``T`` row in these pairs.
@@ -96,7 +97,7 @@ class CycleInput:
     rollbacks: set[str] = field(default_factory=set)
     rows_read: int = 0
     refused: IntermediateFileError | None = None
-    xids_by_seq: dict[int, tuple[str, ...]] = field(default_factory=dict)
+    xids_by_seq: dict[int, pa.Array] = field(default_factory=dict)
     begun_at: dict[str, str] = field(default_factory=dict)
     truncates: list[tuple[str, Truncate]] = field(default_factory=list)
     table_rows: Counter[str] = field(default_factory=Counter)
@@ -168,6 +169,7 @@ class CycleInput:
         return counts.filter(pc.is_in(counts["xid"], pa.array(list(xids), counts["xid"].type)))
 
 
+_NO_XIDS = pa.array([], pa.string())
 _NO_COUNTS = pa.table(
     {"xid": [], "table": [], "rows": []},
     pa.schema([("xid", pa.string()), ("table", pa.string()), ("rows", pa.int64())]),
@@ -177,21 +179,21 @@ _NO_COUNTS = pa.table(
 def _note_pair(into: CycleInput, pair: Pair) -> None:
     """Record what ``pair`` holds per transaction and table, and its events.
 
-    The counts stay in Arrow (:attr:`CycleInput.counts`); the work per
-    transaction is at C speed where it can be, its xid interned
-    (:func:`sys.intern`: one object whichever file or map names it).
+    The counts and the xids with rows stay in Arrow (:attr:`CycleInput.counts`,
+    :attr:`CycleInput.xids_by_seq`); the work per transaction is at C speed
+    where it can be, and the xids the cycle keeps as Python strings (its
+    commits) are interned by the events' tally: one object whichever map names them.
     """
     into.pairs.append(pair.ref)
     into.rows_read += pair.data.num_rows
-    intern = sys.intern
     if pair.data.num_rows:
         counted = pair.touches.select(["xid", "table", "rows"])
         into.counts.append(counted)
-        into.xids_by_seq[pair.seq] = tuple(map(intern, pc.unique(counted["xid"]).to_pylist()))
+        into.xids_by_seq[pair.seq] = pc.unique(counted["xid"]).cast(pa.string())  # a .dat may hold large strings
         by_table = counted.group_by("table", use_threads=False).aggregate([("rows", "sum")])
         into.table_rows.update(dict(zip(by_table["table"].to_pylist(), by_table["rows_sum"].to_pylist(), strict=True)))
     else:
-        into.xids_by_seq[pair.seq] = ()
+        into.xids_by_seq[pair.seq] = _NO_XIDS
     into.truncates.extend(truncate_rows(pair.data))
     into.autocorrect.update(pair.autocorrect)
     events = pair.tally
@@ -323,9 +325,34 @@ def check_in_driver(cycle: CycleInput) -> None:
 
 
 def pairs_holding(cycle: CycleInput, xids: Collection[str]) -> list[PairRef]:
-    """The cycle's pairs that hold rows of any of ``xids`` (a set or a dict, or made one), in order."""
-    wanted = xids.keys() if isinstance(xids, dict) else xids if isinstance(xids, set | frozenset) else set(xids)
-    return [ref for ref in cycle.pairs if not wanted.isdisjoint(cycle.xids_by_seq.get(ref.seq, ()))]
+    """The cycle's pairs that hold rows of any of ``xids`` (a dict: its keys), in order."""
+    if not xids:
+        return []
+    found = pair_lookups(cycle, pa.array(list(xids), pa.string()))
+    return [ref for ref, (_, at) in zip(cycle.pairs, found, strict=True) if at.null_count < len(at)]
+
+
+def xids_of(cycle: CycleInput, seq: int) -> pa.Array:
+    """The xids with rows in pair ``seq`` (:attr:`CycleInput.xids_by_seq`), as a string array (none: empty)."""
+    xids = cycle.xids_by_seq.get(seq, _NO_XIDS)
+    return xids if isinstance(xids, pa.Array) else pa.array(sorted(xids), pa.string())
+
+
+def pair_lookups(cycle: CycleInput, keys: pa.Array) -> list[tuple[pa.Array, pa.Array]]:
+    """Per pair of the cycle, in order: its xids and the position of each in ``keys`` (null: not there).
+
+    One lookup for all the pairs: Arrow hashes ``keys`` once a call, and a
+    cycle's commits are a hundred thousand keys.
+    """
+    arrays = [xids_of(cycle, ref.seq) for ref in cycle.pairs]
+    if not arrays:
+        return []
+    at = pc.index_in(pa.concat_arrays(arrays), value_set=keys)
+    found, start = [], 0
+    for xids in arrays:
+        found.append((xids, at.slice(start, len(xids))))
+        start += len(xids)
+    return found
 
 
 def spill_inputs(taken: Mapping[str, BufferedTxn], memory_file: Path | None) -> list[Path]:

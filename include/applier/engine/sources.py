@@ -37,7 +37,7 @@ from pyspark.sql import DataFrame
 from applier.engine.buffers import BufferedTxn
 from applier.engine.image_checks import Refused
 from applier.engine.measuring import record_lengths
-from applier.engine.reading import CycleInput, pairs_holding, spill_inputs
+from applier.engine.reading import CycleInput, pair_lookups, spill_inputs
 from applier.engine.spill import read_spill
 from applier.engine.touches import longest_images, merge_longest
 from applier.engine.worker_path import prepare_worker
@@ -161,8 +161,8 @@ def read_tasks(
     every row of a pair, and the first part of each pair of
     :attr:`~applier.engine.reading.CycleInput.digests` checks its digest.
     """
-    holding = {p.seq for p in pairs_holding(cycle, cycle.commits)}
-    pairs = [ref for ref in cycle.pairs if ref.seq in holding or (checks and ref.seq in cycle.unchecked)]
+    commits = pair_commits(cycle)
+    pairs = [ref for ref in cycle.pairs if commits[ref.seq].num_rows or (checks and ref.seq in cycle.unchecked)]
     spills = spill_inputs(taken, memory_file)
     if not pairs and not spills:
         return None
@@ -170,11 +170,11 @@ def read_tasks(
     parts = -(-TASKS_PER_CORE * cores // max(1, len(pairs)))
     groups: list[tuple[ReadTask, ...]] = []
     for ref in pairs:
-        commits = commits_of(cycle.commits, cycle.xids_by_seq.get(ref.seq, ()))
         cut = max(1, min(parts, ref.size // PART_BYTES))
         digest = cycle.digests.get(ref.seq, "") if checks else ""
+        mine = commits[ref.seq]
         groups.extend(
-            (ReadTask(str(ref.dat_path), ref.seq, part, cut, commits, "" if part else digest),) for part in range(cut)
+            (ReadTask(str(ref.dat_path), ref.seq, part, cut, mine, "" if part else digest),) for part in range(cut)
         )
     # Spill files, one per spooled transaction (thousands when thousands were open), are read in a few groups.
     buffered = commits_of(cycle.commits, taken)
@@ -182,6 +182,19 @@ def read_tasks(
     slices = min(len(spilled), SPILL_GROUPS_PER_CORE * cores)
     groups.extend(tuple(spilled[i::slices]) for i in range(slices))
     return ReadTasks(spark, tuple(groups), checks)
+
+
+def pair_commits(cycle: CycleInput) -> dict[int, pa.Table]:
+    """Per pair, the ``xid, commit_lsn`` of the cycle's commits with rows in it, by xid (one lookup for all pairs)."""
+    keys = pa.array(list(cycle.commits), pa.string())
+    lsns = pa.array(list(cycle.commits.values()), pa.int64())
+    found = {}
+    for ref, (xids, at) in zip(cycle.pairs, pair_lookups(cycle, keys), strict=True):
+        committed = pc.is_valid(at)
+        mine, order = xids.filter(committed), pc.take(lsns, at.filter(committed))
+        by_xid = pc.sort_indices(mine)
+        found[ref.seq] = pa.table([mine.take(by_xid), order.take(by_xid)], schema=_COMMITS)
+    return found
 
 
 def commits_of(commits: Mapping[str, int], xids: Collection[str]) -> pa.Table:
