@@ -26,6 +26,7 @@ from collections import Counter
 from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
+from functools import cached_property
 from pathlib import Path
 
 import numpy as np
@@ -114,6 +115,24 @@ class CycleInput:
     def bytes(self) -> int:
         return sum(p.size for p in self.pairs)
 
+    @cached_property
+    def pair_commits(self) -> dict[int, pa.Table]:
+        """Per pair, the ``xid, commit_lsn`` (:data:`COMMITS`, by xid) of the commits with rows in it.
+
+        One lookup for all the pairs, made once a cycle is read (its commits
+        no longer change; a narrowed part is a new object): the compile's
+        check for input and its read tasks both ask.
+        """
+        keys = pa.array(list(self.commits), pa.string())
+        lsns = pa.array(list(self.commits.values()), pa.int64())
+        found = {}
+        for ref, (xids, at) in zip(self.pairs, pair_lookups(self, keys), strict=True):
+            committed = pc.is_valid(at)
+            mine, order = xids.filter(committed), pc.take(lsns, at.filter(committed))
+            by_xid = pc.sort_indices(mine)
+            found[ref.seq] = pa.table([mine.take(by_xid), order.take(by_xid)], schema=COMMITS)
+        return found
+
     def checked(self) -> None:
         """The images and digests of every pair are checked: none is left (:attr:`unchecked`, :attr:`digests`)."""
         self.unchecked.clear()
@@ -170,6 +189,8 @@ class CycleInput:
 
 
 _NO_XIDS = pa.array([], pa.string())
+COMMITS = pa.schema([("xid", pa.string()), ("commit_lsn", pa.int64())])
+"""Commits as read tasks carry them: ``xid``, ``commit_lsn``."""
 _NO_COUNTS = pa.table(
     {"xid": [], "table": [], "rows": []},
     pa.schema([("xid", pa.string()), ("table", pa.string()), ("rows", pa.int64())]),

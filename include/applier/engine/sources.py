@@ -37,7 +37,7 @@ from pyspark.sql import DataFrame
 from applier.engine.buffers import BufferedTxn
 from applier.engine.image_checks import Refused
 from applier.engine.measuring import record_lengths
-from applier.engine.reading import CycleInput, pair_lookups, spill_inputs
+from applier.engine.reading import COMMITS, CycleInput, spill_inputs
 from applier.engine.spill import read_spill
 from applier.engine.touches import longest_images, merge_longest
 from applier.engine.worker_path import prepare_worker
@@ -90,8 +90,6 @@ DAT_DDL = "lsn long, xid string, `table` string, op string, before string, after
 
 ROWS_DDL = f"{DAT_DDL}, commit_lsn long, seq long"
 """The rows the tasks yield: the ``.dat`` columns, the commit lsn and the pair's ``seq``."""
-
-_COMMITS = pa.schema([("xid", pa.string()), ("commit_lsn", pa.int64())])
 
 
 @dataclass(frozen=True)
@@ -161,7 +159,7 @@ def read_tasks(
     every row of a pair, and the first part of each pair of
     :attr:`~applier.engine.reading.CycleInput.digests` checks its digest.
     """
-    commits = pair_commits(cycle)
+    commits = cycle.pair_commits
     pairs = [ref for ref in cycle.pairs if commits[ref.seq].num_rows or (checks and ref.seq in cycle.unchecked)]
     spills = spill_inputs(taken, memory_file)
     if not pairs and not spills:
@@ -184,24 +182,11 @@ def read_tasks(
     return ReadTasks(spark, tuple(groups), checks)
 
 
-def pair_commits(cycle: CycleInput) -> dict[int, pa.Table]:
-    """Per pair, the ``xid, commit_lsn`` of the cycle's commits with rows in it, by xid (one lookup for all pairs)."""
-    keys = pa.array(list(cycle.commits), pa.string())
-    lsns = pa.array(list(cycle.commits.values()), pa.int64())
-    found = {}
-    for ref, (xids, at) in zip(cycle.pairs, pair_lookups(cycle, keys), strict=True):
-        committed = pc.is_valid(at)
-        mine, order = xids.filter(committed), pc.take(lsns, at.filter(committed))
-        by_xid = pc.sort_indices(mine)
-        found[ref.seq] = pa.table([mine.take(by_xid), order.take(by_xid)], schema=_COMMITS)
-    return found
-
-
 def commits_of(commits: Mapping[str, int], xids: Collection[str]) -> pa.Table:
     """The ``xid, commit_lsn`` of those of ``xids`` that commit."""
     mine = sorted(filter(commits.__contains__, xids))
     lsns = list(map(commits.__getitem__, mine))
-    return pa.table([pa.array(mine, pa.string()), pa.array(lsns, pa.int64())], schema=_COMMITS)
+    return pa.table([pa.array(mine, pa.string()), pa.array(lsns, pa.int64())], schema=COMMITS)
 
 
 def task_rows(

@@ -29,7 +29,7 @@ from applier.engine.compile_local import (
 from applier.engine.compiled import CompiledCycle
 from applier.engine.measuring import note_measured
 from applier.engine.netting import compile_partitions
-from applier.engine.reading import CycleInput, check_in_driver, pairs_holding, spill_inputs
+from applier.engine.reading import CycleInput, check_in_driver, spill_inputs
 from applier.engine.report import CycleReport
 from applier.engine.retry import NO_RETRY, RetryPolicy
 from applier.engine.sources import read_tasks
@@ -133,7 +133,7 @@ def compile_committed(
             raise ValueError("compilable groups hold no truncate: a truncating transaction is applied alone")
         touched = _touched(cycle, taken, members)
         bounds = [min(cycle.commits[x] for x in xids) for xids in members[1:]]
-        if not local and not (pairs_holding(cycle, cycle.commits) or spill_inputs(taken, memory_file)):
+        if not local and not (any(c.num_rows for c in cycle.pair_commits.values()) or spill_inputs(taken, memory_file)):
             return []
         holders: list[CompiledCycle] = []
         try:
