@@ -2,9 +2,9 @@
 
 The driver reads each pair once with pyarrow, checks it (reader and stream
 validator), and learns which transactions commit, roll back or stay open.
-Rows of transactions still open at the end of the cycle go to the buffers;
-Spark's executors read the ``.dat`` files themselves for the committed ones
-(:mod:`applier.engine.sources`).
+Rows of transactions still open at the end of the cycle go to the buffers
+(:mod:`applier.engine.open_rows`); Spark's executors read the ``.dat`` files
+themselves for the committed ones (:mod:`applier.engine.sources`).
 
 The row images, the costly part of the checks, are left to Spark's executors,
 which check them in the compile job as they decode them anyway
@@ -28,13 +28,14 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from applier.engine.buffers import BufferedTxn, TransactionBuffers
+from applier.engine.buffers import BufferedTxn
 from applier.engine.checking import PairChecker
 from applier.engine.checkpoint import Checkpoint
 from applier.engine.touches import Truncate, longest_images, merge_longest, truncate_rows
@@ -44,6 +45,9 @@ from applier.intermediate.pairs import DAT_COLUMNS, PairRef, list_pairs, pair_na
 from applier.intermediate.reader import Pair, digest_first, read_pair
 from applier.intermediate.schema import TableDef
 from applier.intermediate.stream import StreamValidator, TableAdmission
+
+if TYPE_CHECKING:
+    from applier.engine.open_rows import OpenRows
 
 log = logging.getLogger("applier")
 
@@ -91,6 +95,8 @@ class CycleInput:
             pair's table definitions (shared by :func:`~applier.engine.sparkapply.narrowed` parts).
         digests: of those, seq -> the ``dat_sha256`` their ``.dat`` must have, checked with the images.
         read_seconds: how long reading and checking the pairs took.
+        open_after: the pairs holding rows of the transactions still open after
+            these, for the buffers (:mod:`~applier.engine.open_rows`; set by the run).
     """
 
     pairs: list[PairRef] = field(default_factory=list)
@@ -110,6 +116,7 @@ class CycleInput:
     unchecked: dict[int, dict[str, TableDef]] = field(default_factory=dict)
     digests: dict[int, str] = field(default_factory=dict)
     read_seconds: float = 0.0
+    open_after: OpenRows | None = None
 
     @property
     def bytes(self) -> int:
@@ -418,12 +425,6 @@ def open_rows(
             continue
         rows = read(ref.dat_path)
         yield ref.seq, rows.filter(pc.is_in(rows["xid"], value_set=value_set))
-
-
-def buffer_open_rows(cycle: CycleInput, still_open: set[str], buffers: TransactionBuffers) -> None:
-    """Put the cycle's rows of transactions still open after it into the buffers."""
-    for seq, rows in open_rows(cycle, still_open):
-        buffers.add(rows, seq=seq)
 
 
 def missing_pair_error(directory: Path, seq: int) -> GapError:

@@ -36,11 +36,11 @@ from applier.engine.compiled import CompiledCycle
 from applier.engine.driver_memory import return_freed_memory
 from applier.engine.ledger import Clock, LedgerCycle, RunJournal, RunLedger, utc_now
 from applier.engine.ledger_cycles import RECENT_CYCLES, CycleTally
+from applier.engine.open_rows import buffer_open_rows, plan
 from applier.engine.parts import PartContext, compiles_whole, cycle_parts
 from applier.engine.queue import MemoryQueue
 from applier.engine.reading import (
     CycleInput,
-    buffer_open_rows,
     check_in_driver,
     read_cycle,
     reread_window,
@@ -49,7 +49,7 @@ from applier.engine.reading import (
 from applier.engine.report import CycleReport, append_report, peak_rss_mib
 from applier.engine.resume_checks import authoritative_checkpoint, pairs_of_intent, restored_target_error
 from applier.engine.session import prefetch, session_of
-from applier.engine.spill import COMMITTED_PART, SPILL_SUFFIX
+from applier.engine.spill import COMMITTED_PART, OPEN_PART, SPILL_SUFFIX
 from applier.errors import LateImageRefusal
 from applier.intermediate.pairs import list_pairs
 from applier.intermediate.stream import StreamValidator
@@ -153,6 +153,7 @@ class Applier:
         self.buffers = self._new_buffers()
         self.report_path = config.work_dir / "cycles.jsonl"
         self._memory_file = config.spill_dir / f"{config.configuration_name}_{COMMITTED_PART}{SPILL_SUFFIX}"
+        self._open_folder = config.spill_dir / f"{config.configuration_name}_{OPEN_PART}"
         self.checker = PairChecker()
         # Pairs up to this one are read with the driver checking their images (after a late refusal).
         self._check_in_driver_through = 0
@@ -242,7 +243,7 @@ class Applier:
         """Re-read ``restart_seq .. applied_seq`` to put open transactions back in the buffers."""
         validator, reread = reread_window(self.config.intermediate_dir, checkpoint, self.target.table_misfit)
         if reread.pairs:
-            buffer_open_rows(reread, set(validator.state.open_xids), self.buffers)
+            buffer_open_rows(reread, plan(reread, validator.state.open_xids), self.buffers)
             return_freed_memory()
             log.info(
                 "rebuilt %d open transactions from pairs %d..%d",
@@ -305,8 +306,8 @@ class Applier:
         )
         self.target.autocorrect(frozenset(cycle.autocorrect))
         with report.phase("buffer"):
-            still_open = set(validator.state.open_xids)
-            buffer_open_rows(cycle, still_open, self.buffers)
+            still_open = set(validator.state.open_xids)  # their rows are buffered once the cycle is applied
+            cycle.open_after = opened = plan(cycle, still_open, self._open_folder)
             for xid in cycle.rollbacks:
                 self.buffers.discard(xid)
             taken, memory_file = self.buffers.take_committed(cycle.commits, self._memory_file)
@@ -336,6 +337,8 @@ class Applier:
             parts = cycle_parts(context)
             changed = parts.apply_from(*self._resume_at(intent), intent.changed)
             check_in_driver(cycle)  # a cycle Spark did not compile (nothing committed in it)
+            with report.phase("buffer"):
+                buffer_open_rows(cycle, opened, self.buffers)
         finally:
             if memory_file is not None:
                 memory_file.unlink(missing_ok=True)

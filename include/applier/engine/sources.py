@@ -34,6 +34,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 from pyspark.sql import DataFrame
 
+from applier.engine import open_rows
 from applier.engine.buffers import BufferedTxn
 from applier.engine.image_checks import Refused
 from applier.engine.measuring import record_lengths
@@ -75,7 +76,8 @@ class ReadTask(NamedTuple):
     """A file to read, or a part of one: its pair's ``seq`` (None for a file of buffered rows), which
     part of its rows (``part`` of ``parts``), and the commit lsn of the transactions it may hold.
     ``digest``: the sha256 the whole file must have, checked before its rows are read (one part of a
-    pair whose images the job checks; empty: none to check)."""
+    pair whose images the job checks; empty: none to check). ``still_open``: the xids of the pair's
+    transactions still open after the cycle, whose rows the task writes out for the buffers (None: none)."""
 
     path: str
     seq: int | None
@@ -83,6 +85,7 @@ class ReadTask(NamedTuple):
     parts: int
     commits: pa.Table
     digest: str = ""
+    still_open: pa.Array | None = None
 
 
 DAT_DDL = "lsn long, xid string, `table` string, op string, before string, after string"
@@ -104,12 +107,15 @@ class ReadTasks:
         measure_into: a folder where each task reading a pair writes the
             longest image per table of every row it read
             (:func:`~applier.engine.measuring.record_lengths`); empty: none.
+        open_into: a folder where each task with ``still_open`` xids writes
+            their rows (:func:`~applier.engine.open_rows.record`); empty: none.
     """
 
     spark: Any
     tasks: tuple[tuple[ReadTask, ...], ...]
     keep_all: bool = False
     measure_into: str = ""
+    open_into: str = ""
 
     def numbers(self) -> DataFrame:
         """The groups' numbers, one per partition: a ``mapInArrow`` over it runs each group as a Spark task.
@@ -124,7 +130,7 @@ class ReadTasks:
 
         A ``mapInArrow`` over :meth:`numbers`: the rows never cross into the JVM; ``ddl`` is ``function``'s output.
         """
-        read = functools.partial(_read_then, self.tasks, self.keep_all, self.measure_into, function)
+        read = functools.partial(_read_then, self.tasks, self.keep_all, self.measure_into, self.open_into, function)
         return self.numbers().mapInArrow(read, ddl)
 
     def rows(self) -> DataFrame:
@@ -136,10 +142,11 @@ def _read_then(
     tasks: Sequence[Sequence[ReadTask]],
     keep_all: bool,
     measure_into: str,
+    open_into: str,
     function: Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]],
     numbers: Iterable[pa.RecordBatch],
 ) -> Iterator[pa.RecordBatch]:
-    return function(task_rows(tasks, numbers, keep_all=keep_all, measure_into=measure_into))
+    return function(task_rows(tasks, numbers, keep_all=keep_all, measure_into=measure_into, open_into=open_into))
 
 
 def read_tasks(
@@ -157,7 +164,10 @@ def read_tasks(
     rows that were still in memory). With ``checks``, they also read the
     pairs of :attr:`~applier.engine.reading.CycleInput.unchecked` and keep
     every row of a pair, and the first part of each pair of
-    :attr:`~applier.engine.reading.CycleInput.digests` checks its digest.
+    :attr:`~applier.engine.reading.CycleInput.digests` checks its digest;
+    and the rows of the transactions still open after the cycle
+    (:attr:`~applier.engine.reading.CycleInput.open_after`) are written out by
+    the tasks reading their pairs.
     """
     commits = cycle.pair_commits
     pairs = [ref for ref in cycle.pairs if commits[ref.seq].num_rows or (checks and ref.seq in cycle.unchecked)]
@@ -166,20 +176,21 @@ def read_tasks(
         return None
     cores = spark.sparkContext.defaultParallelism
     parts = -(-TASKS_PER_CORE * cores // max(1, len(pairs)))
+    still_open = cycle.open_after if checks and cycle.open_after is not None else None
     groups: list[tuple[ReadTask, ...]] = []
     for ref in pairs:
         cut = max(1, min(parts, ref.size // PART_BYTES))
         digest = cycle.digests.get(ref.seq, "") if checks else ""
         mine = commits[ref.seq]
-        groups.extend(
-            (ReadTask(str(ref.dat_path), ref.seq, part, cut, mine, "" if part else digest),) for part in range(cut)
-        )
+        xids = still_open.xids.get(ref.seq) if still_open is not None and still_open.folder else None
+        path = str(ref.dat_path)
+        groups.extend((ReadTask(path, ref.seq, part, cut, mine, "" if part else digest, xids),) for part in range(cut))
     # Spill files, one per spooled transaction (thousands when thousands were open), are read in a few groups.
     buffered = commits_of(cycle.commits, taken)
     spilled = [ReadTask(str(path), None, 0, 1, buffered) for path in spills]
     slices = min(len(spilled), SPILL_GROUPS_PER_CORE * cores)
     groups.extend(tuple(spilled[i::slices]) for i in range(slices))
-    return ReadTasks(spark, tuple(groups), checks)
+    return ReadTasks(spark, tuple(groups), checks, open_into=still_open.folder if still_open is not None else "")
 
 
 def commits_of(commits: Mapping[str, int], xids: Collection[str]) -> pa.Table:
@@ -195,6 +206,7 @@ def task_rows(
     *,
     keep_all: bool = False,
     measure_into: str = "",
+    open_into: str = "",
 ) -> Iterator[pa.RecordBatch]:
     """The rows the read tasks of a partition hold, batch by batch, in the columns of :data:`ROWS_DDL`.
 
@@ -206,26 +218,33 @@ def task_rows(
             Buffered rows are all committed.
         measure_into: where a task reading a pair records its rows' longest
             images, once it has read them all (see :class:`ReadTasks`).
+        open_into: where a task with ``still_open`` xids writes their rows,
+            once it has read them all (see :class:`ReadTasks`).
     """
     prepare_worker()
     groups = (tasks[number] for batch in numbers for number in batch.column(0).to_pylist())
-    read = functools.partial(_task_rows, keep_all=keep_all, measure_into=measure_into)
+    read = functools.partial(_task_rows, keep_all=keep_all, measure_into=measure_into, open_into=open_into)
     yield from _coalesced(rows for group in groups for task in group for rows in read(task))
 
 
-def _task_rows(task: ReadTask, *, keep_all: bool, measure_into: str) -> Iterator[pa.RecordBatch]:
+def _task_rows(task: ReadTask, *, keep_all: bool, measure_into: str, open_into: str) -> Iterator[pa.RecordBatch]:
     if task.digest and task.seq is not None and (mismatch := digest_mismatch(task.path, task.digest)) is not None:
         raise Refused(task.seq, mismatch, DIGEST_MISMATCH)
     xids, lsns = task.commits.column("xid").combine_chunks(), task.commits.column("commit_lsn").combine_chunks()
     longest: dict[str, int] | None = {} if measure_into and task.seq is not None else None
+    still_open: list[pa.RecordBatch] | None = [] if open_into and task.still_open is not None else None
     for rows in _coalesced(_file_batches(task.path, task.seq is not None, task.part, task.parts)):
         if longest is not None:  # every row of the pair, kept or not: the cycle's longest images
             merge_longest(longest, longest_images(rows))
+        if still_open is not None:
+            still_open.append(rows.filter(pc.is_in(rows.column("xid"), value_set=task.still_open)))
         at = pc.index_in(rows.column("xid"), value_set=xids)
         rows = _with_columns(rows, pc.take(lsns, at), task.seq)
         yield rows if keep_all and task.seq is not None else rows.filter(pc.is_valid(at))
     if longest is not None and task.seq is not None:
         record_lengths(measure_into, task.seq, task.part, task.parts, longest)
+    if still_open is not None and task.seq is not None:
+        open_rows.record(open_into, task.seq, task.part, task.parts, still_open)
 
 
 def _coalesced(batches: Iterable[pa.RecordBatch], rows: int = BATCH_ROWS) -> Iterator[pa.RecordBatch]:

@@ -11,7 +11,10 @@ never whole (:func:`read_spill`). Names:
 - ``<configuration_name>_--committed.spill``: the rows of the transactions a
   cycle commits that were still in memory, handed to Spark as one file;
 - ``<configuration_name>_--compiled/``: a folder of the chunk files the
-  compile job writes (each table's net changes), removed with the cycle.
+  compile job writes (each table's net changes), removed with the cycle;
+- ``<configuration_name>_--open/``: a folder where the compile job writes the
+  rows of the transactions still open after the cycle, for the buffers
+  (:mod:`applier.engine.open_rows`), emptied once they are buffered.
 """
 
 from __future__ import annotations
@@ -29,6 +32,8 @@ COMMITTED_PART = "--committed"
 """The name part of the file of a cycle's committed rows from memory (``safe_xid`` never yields it)."""
 COMPILED_PART = "--compiled"
 """The name part of the folder where the compile job writes a cycle's chunk files."""
+OPEN_PART = "--open"
+"""The name part of the folder where the compile job writes a cycle's still-open rows."""
 # Longer encodings are replaced by a hash so that a file name stays far below 255 bytes.
 _MAX_SAFE_LENGTH = 120
 # "--" never occurs in an escaped name ("-" is always followed by two hex digits),

@@ -1,0 +1,115 @@
+"""The rows of transactions still open after a cycle, on their way to the buffers.
+
+The driver used to read them itself before the compile: each pair holding
+such rows was decoded again for them. They are mostly the rows of the few
+transactions begun at the cycle's very end, a few dozen rows at the end of
+its last pair, and a Parquet file of one row group cannot be read from its
+end: the pair was decoded whole, 0.05-0.13 CPU s a cycle on the 4x
+workload, 7-14% of the driver's Python.
+
+The executors decode those pairs anyway: the first compile job of a cycle
+reads every row of the pairs whose images it checks. So each of its read
+tasks also keeps the rows of the still-open transactions of its part of a
+pair and writes them to a folder beside the spill files (:func:`record`),
+and the driver buffers them from there once the cycle is applied
+(:func:`buffer_open_rows`). A pair that no task wrote whole (a cycle that
+committed nothing, one compiled in the driver or checked there after a
+refusal) is read here, a batch at a time, as before.
+
+Nothing depends on the files surviving: a run stopped before it buffered
+them rebuilds its open transactions by re-reading the pairs from its
+restart point, as every restart does.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pyarrow as pa
+
+from applier.engine.buffers import TransactionBuffers
+from applier.engine.reading import CycleInput, pair_lookups, read_dat_rows
+from applier.engine.spill import append_spill, read_spill
+
+PREFIX = "open-"
+"""Names a read task's file of open rows: ``open-<seq>-<part>-<parts>.arrow`` (Arrow IPC streams)."""
+
+
+@dataclass(frozen=True)
+class OpenRows:
+    """Where a cycle's still-open rows are: which pairs hold them, and the folder the compile job writes them to.
+
+    Attributes:
+        xids: per pair holding such rows (by ``seq``, in order): its still-open xids.
+        folder: where the compile job's read tasks write them (empty: nowhere, the driver reads them).
+    """
+
+    xids: Mapping[int, pa.Array] = field(default_factory=dict)
+    folder: str = ""
+
+
+def plan(cycle: CycleInput, still_open: Iterable[str], folder: Path | None = None) -> OpenRows:
+    """The pairs of ``cycle`` holding rows of ``still_open``; ``folder`` (emptied here) receives them from Spark."""
+    keys = pa.array(sorted(still_open), pa.string())
+    found = {
+        ref.seq: xids.filter(at.is_valid())
+        for ref, (xids, at) in zip(cycle.pairs, pair_lookups(cycle, keys), strict=True)
+        if at.null_count < len(at)
+    }
+    if folder is None:
+        return OpenRows(found)
+    shutil.rmtree(folder, ignore_errors=True)  # an earlier cycle's, or a stopped run's
+    if found:
+        folder.mkdir(parents=True, exist_ok=True)
+    return OpenRows(found, str(folder))
+
+
+def record(folder: str, seq: int, part: int, parts: int, rows: Iterable[pa.RecordBatch]) -> None:
+    """Write a read task's still-open rows of part ``part`` of ``parts`` of pair ``seq`` to ``folder``.
+
+    Written whole or not at all, even when there are none (the driver then
+    knows the part was read); a task retried writes the same rows again.
+    """
+    path = Path(folder, f"{PREFIX}{seq}-{part}-{parts}.arrow")
+    temporary = path.with_name(f".{path.name}.{os.getpid()}")
+    temporary.unlink(missing_ok=True)
+    batches = [batch for batch in rows if batch.num_rows]
+    if not batches or not append_spill(temporary, [pa.Table.from_batches(batches)]):
+        temporary.touch()
+    temporary.replace(path)
+
+
+def buffer_open_rows(cycle: CycleInput, rows: OpenRows, buffers: TransactionBuffers) -> None:
+    """Put the still-open rows of ``cycle``'s pairs into ``buffers``, pair by pair, in order.
+
+    From the files of ``rows.folder`` for a pair all of whose parts a task
+    wrote, else read from the pair. The folder's files are removed.
+    """
+    written = _written(Path(rows.folder)) if rows.folder else {}
+    refs = {ref.seq: ref for ref in cycle.pairs}
+    for seq, xids in sorted(rows.xids.items()):
+        files = written.get(seq)
+        if files is None:
+            kept = read_dat_rows(refs[seq].dat_path, xids)
+        else:
+            batches = [batch for path in files if path.stat().st_size for batch in read_spill(path)]
+            kept = pa.Table.from_batches(batches) if batches else None
+        if kept is not None:
+            buffers.add(kept, seq=seq)
+    if rows.folder:
+        shutil.rmtree(rows.folder, ignore_errors=True)
+
+
+def _written(folder: Path) -> dict[int, list[Path]]:
+    """Per pair, its parts' files in order, when every part of it was written."""
+    parts: dict[int, dict[int, Path]] = {}
+    expected: dict[int, int] = {}
+    for path in folder.glob(f"{PREFIX}*.arrow"):
+        seq, part, of = map(int, path.stem.removeprefix(PREFIX).split("-"))
+        parts.setdefault(seq, {})[part] = path
+        expected[seq] = of
+    return {seq: [found[p] for p in sorted(found)] for seq, found in parts.items() if len(found) == expected[seq]}
