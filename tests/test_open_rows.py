@@ -1,4 +1,4 @@
-"""The rows of transactions still open after a cycle: written out by the compile's read tasks, else read by the driver."""
+"""Rows of transactions still open after a cycle: written out by the compile's read tasks, else read by the driver."""
 
 from __future__ import annotations
 
@@ -73,12 +73,16 @@ def test_the_read_tasks_write_the_open_rows_the_driver_then_buffers(tmp_path: Pa
     read, still_open = cycle
     folder = tmp_path / "open"
     read.open_after = plan(read, still_open, folder)
-    assert sorted(read.open_after.xids) == [ref.seq for ref in read.pairs if still_open & set(
-        pq.read_table(ref.dat_path, columns=["xid"]).column("xid").to_pylist())]
+    assert sorted(read.open_after.xids) == [
+        ref.seq
+        for ref in read.pairs
+        if still_open & set(pq.read_table(ref.dat_path, columns=["xid"]).column("xid").to_pylist())
+    ]
 
     run_tasks(read, folder)
     written = sorted(p.name for p in folder.iterdir())
-    assert written == sorted(f"open-{seq}-{part}-{PARTS}.arrow" for seq in read.open_after.xids for part in range(PARTS))
+    parts = [f"open-{seq}-{part}-{PARTS}.arrow" for seq in read.open_after.xids for part in range(PARTS)]
+    assert written == sorted(parts)
 
     with TransactionBuffers(tmp_path / "spill", "c", 1 << 30) as buffers:
         reads = []
