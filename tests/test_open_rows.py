@@ -134,16 +134,25 @@ def test_a_new_plan_empties_the_folder_of_an_earlier_cycle(tmp_path: Path, cycle
         assert buffered(buffers, still_open) == open_rows_by_hand([ref.dat_path for ref in read.pairs], still_open)
 
 
-def test_a_task_writes_its_part_even_without_rows_and_rewrites_it_whole(tmp_path: Path) -> None:
-    rows = pa.RecordBatch.from_pydict({"lsn": pa.array([1, 2], pa.int64()), "xid": ["a", "a"]})
-    open_rows.record(str(tmp_path), 7, 0, 2, [rows.slice(0, 0)])
-    open_rows.record(str(tmp_path), 7, 1, 2, [rows])
-    open_rows.record(str(tmp_path), 7, 1, 2, [rows])  # a task retried
+def test_a_task_writes_its_part_as_it_reads_even_without_rows_and_rewrites_it_whole(tmp_path: Path) -> None:
+    rows = pa.RecordBatch.from_pydict({"lsn": pa.array([1, 2, 3], pa.int64()), "xid": ["a", "a", "b"]})
+    empty = open_rows.Recorder(str(tmp_path), 7, 0, 2)
+    empty.write(rows.slice(0, 0))
+    empty.close()
+    for attempt in range(2):  # a task retried
+        recorder = open_rows.Recorder(str(tmp_path), 7, 1, 2)
+        recorder.write(rows.slice(0, 2))
+        recorder.write(rows.slice(2))
+        assert recorder.path.exists() == bool(attempt), "the file is in place only once whole"
+        recorder.close()
     assert (tmp_path / "open-7-0-2.arrow").stat().st_size == 0
     assert sorted(p.name for p in tmp_path.iterdir()) == ["open-7-0-2.arrow", "open-7-1-2.arrow"]
     assert open_rows._written(tmp_path) == {7: [tmp_path / "open-7-0-2.arrow", tmp_path / "open-7-1-2.arrow"]}
     again = pa.ipc.open_stream(pa.memory_map(str(tmp_path / "open-7-1-2.arrow"))).read_all()
-    assert again.to_pydict() == {"lsn": [1, 2], "xid": ["a", "a"]}
+    assert again.to_pydict() == {"lsn": [1, 2, 3], "xid": ["a", "a", "b"]}
+    failed = open_rows.Recorder(str(tmp_path), 8, 0, 1)
+    failed.write(rows)  # its task dies here
+    assert open_rows._written(tmp_path).keys() == {7}
 
 
 def test_a_run_in_small_cycles_buffers_what_its_compile_jobs_wrote_and_equals_the_reference(

@@ -10,7 +10,7 @@ workload, 7-14% of the driver's Python.
 The executors decode those pairs anyway: the first compile job of a cycle
 reads every row of the pairs whose images it checks. So each of its read
 tasks also keeps the rows of the still-open transactions of its part of a
-pair and writes them to a folder beside the spill files (:func:`record`),
+pair and writes them to a folder beside the spill files (:class:`Recorder`),
 and the driver buffers them from there once the cycle is applied
 (:func:`buffer_open_rows`). A pair that no task wrote whole (a cycle that
 committed nothing, one compiled in the driver or checked there after a
@@ -30,10 +30,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import pyarrow as pa
+import pyarrow.ipc as ipc
 
 from applier.engine.buffers import TransactionBuffers
 from applier.engine.reading import CycleInput, pair_lookups, read_dat_rows
-from applier.engine.spill import append_spill, read_spill
+from applier.engine.spill import read_spill
 
 PREFIX = "open-"
 """Names a read task's file of open rows: ``open-<seq>-<part>-<parts>.arrow`` (Arrow IPC streams)."""
@@ -68,19 +69,36 @@ def plan(cycle: CycleInput, still_open: Iterable[str], folder: Path | None = Non
     return OpenRows(found, str(folder))
 
 
-def record(folder: str, seq: int, part: int, parts: int, rows: Iterable[pa.RecordBatch]) -> None:
-    """Write a read task's still-open rows of part ``part`` of ``parts`` of pair ``seq`` to ``folder``.
+class Recorder:
+    """Writes a read task's still-open rows of part ``part`` of ``parts`` of pair ``seq`` to ``folder``, as they come.
 
-    Written whole or not at all, even when there are none (the driver then
-    knows the part was read); a task retried writes the same rows again.
+    Each batch goes to the file as it is read (a task holds none of them);
+    :meth:`close` moves the file into place, whole, even when it holds no
+    row (the driver then knows the part was read). A task retried writes
+    the same rows again; one that fails leaves only a temporary file.
     """
-    path = Path(folder, f"{PREFIX}{seq}-{part}-{parts}.arrow")
-    temporary = path.with_name(f".{path.name}.{os.getpid()}")
-    temporary.unlink(missing_ok=True)
-    batches = [batch for batch in rows if batch.num_rows]
-    if not batches or not append_spill(temporary, [pa.Table.from_batches(batches)]):
-        temporary.touch()
-    temporary.replace(path)
+
+    def __init__(self, folder: str, seq: int, part: int, parts: int) -> None:
+        self.path = Path(folder, f"{PREFIX}{seq}-{part}-{parts}.arrow")
+        self._temporary = self.path.with_name(f".{self.path.name}.{os.getpid()}")
+        self._sink: pa.NativeFile | None = None
+        self._writer: ipc.RecordBatchStreamWriter | None = None
+
+    def write(self, rows: pa.RecordBatch) -> None:
+        if not rows.num_rows:
+            return
+        if self._writer is None:
+            self._sink = pa.OSFile(str(self._temporary), "wb")
+            self._writer = ipc.new_stream(self._sink, rows.schema)
+        self._writer.write_batch(rows)
+
+    def close(self) -> None:
+        if self._writer is None or self._sink is None:
+            self._temporary.write_bytes(b"")
+        else:
+            self._writer.close()
+            self._sink.close()
+        self._temporary.replace(self.path)
 
 
 def buffer_open_rows(cycle: CycleInput, rows: OpenRows, buffers: TransactionBuffers) -> None:

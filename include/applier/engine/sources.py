@@ -108,7 +108,7 @@ class ReadTasks:
             longest image per table of every row it read
             (:func:`~applier.engine.measuring.record_lengths`); empty: none.
         open_into: a folder where each task with ``still_open`` xids writes
-            their rows (:func:`~applier.engine.open_rows.record`); empty: none.
+            their rows (:class:`~applier.engine.open_rows.Recorder`); empty: none.
     """
 
     spark: Any
@@ -232,19 +232,21 @@ def _task_rows(task: ReadTask, *, keep_all: bool, measure_into: str, open_into: 
         raise Refused(task.seq, mismatch, DIGEST_MISMATCH)
     xids, lsns = task.commits.column("xid").combine_chunks(), task.commits.column("commit_lsn").combine_chunks()
     longest: dict[str, int] | None = {} if measure_into and task.seq is not None else None
-    still_open: list[pa.RecordBatch] | None = [] if open_into and task.still_open is not None else None
+    still_open = None
+    if open_into and task.still_open is not None and task.seq is not None:
+        still_open = open_rows.Recorder(open_into, task.seq, task.part, task.parts)
     for rows in _coalesced(_file_batches(task.path, task.seq is not None, task.part, task.parts)):
         if longest is not None:  # every row of the pair, kept or not: the cycle's longest images
             merge_longest(longest, longest_images(rows))
         if still_open is not None:
-            still_open.append(rows.filter(pc.is_in(rows.column("xid"), value_set=task.still_open)))
+            still_open.write(rows.filter(pc.is_in(rows.column("xid"), value_set=task.still_open)))
         at = pc.index_in(rows.column("xid"), value_set=xids)
         rows = _with_columns(rows, pc.take(lsns, at), task.seq)
         yield rows if keep_all and task.seq is not None else rows.filter(pc.is_valid(at))
     if longest is not None and task.seq is not None:
         record_lengths(measure_into, task.seq, task.part, task.parts, longest)
-    if still_open is not None and task.seq is not None:
-        open_rows.record(open_into, task.seq, task.part, task.parts, still_open)
+    if still_open is not None:
+        still_open.close()
 
 
 def _coalesced(batches: Iterable[pa.RecordBatch], rows: int = BATCH_ROWS) -> Iterator[pa.RecordBatch]:
