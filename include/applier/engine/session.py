@@ -41,6 +41,8 @@ DEFAULTS = {
     "spark.sql.ui.retainedExecutions": "50",
     "spark.sql.execution.arrow.pyspark.enabled": "true",
     "spark.executor.extraJavaOptions": JVM_OPTIONS,  # the driver's: driver_java_options(), read at each start
+    # The Python workers import the installed pyspark, with its bytecode, not Spark's zip of its sources.
+    "spark.python.daemon.module": "applier.engine.spark_daemon",
 }
 
 
