@@ -1,7 +1,8 @@
-"""Spark's Python workers import the installed pyspark, not Spark's zip of its sources (engine.spark_daemon)."""
+"""Spark's Python workers import the installed pyspark, not Spark's zip of it, and have no JAR on their path."""
 
 from __future__ import annotations
 
+import importlib.metadata
 import json
 import subprocess
 import sys
@@ -24,10 +25,12 @@ def test_the_installed_pyspark_ships_the_zip_spark_puts_first_on_its_workers_pat
     assert not any(name.endswith(".pyc") for name in zipfile.ZipFile(BUNDLED).namelist()), "sources only"
 
 
-def test_the_installed_pyspark_s_own_zip_leaves_the_path_and_nothing_else_does() -> None:
-    py4j = str(INSTALLED / "python" / "lib" / "py4j-0.10.9.9-src.zip")
-    path = [str(BUNDLED), py4j, *sys.path]
-    assert without_bundled_pyspark(path) == [py4j, *sys.path]
+def test_the_installed_pyspark_s_own_zips_leave_the_path_and_nothing_else_does() -> None:
+    py4j = INSTALLED / "python" / "lib" / f"py4j-{importlib.metadata.version('py4j')}-src.zip"
+    assert py4j.is_file(), "pyspark pins the py4j it bundles"
+    older = str(py4j.with_name("py4j-0.10.1-src.zip"))  # not the installed version: stays
+    path = [str(BUNDLED), str(py4j), older, *sys.path]
+    assert without_bundled_pyspark(path) == [older, *sys.path]
 
 
 def test_a_zip_of_another_installation_or_the_only_pyspark_stays(tmp_path: Path) -> None:
@@ -49,11 +52,12 @@ from applier.engine.session import start_spark
 
 def where(batches):
     import pyspark
+    jars = [p for p in sys.path if p.endswith(".jar")]
     for _ in batches:
-        yield pa.RecordBatch.from_pydict({"file": [pyspark.__file__]})
+        yield pa.RecordBatch.from_pydict({"file": [pyspark.__file__], "jars": [len(jars)]})
 
 spark = start_spark(load_config(None, sys.argv[1:]))
-print(json.dumps(spark.range(1, numPartitions=1).mapInArrow(where, "file string").collect()[0][0]))
+print(json.dumps(list(spark.range(1, numPartitions=1).mapInArrow(where, "file string, jars long").collect()[0])))
 """
 
 
@@ -72,9 +76,12 @@ def test_a_run_s_workers_import_pyspark_from_the_installed_package(tmp_path: Pat
         [sys.executable, "-c", WORKER_PYSPARK, *settings], capture_output=True, text=True, timeout=300, check=False
     )
     assert done.returncode == 0, done.stderr[-2000:]
-    imported = Path(json.loads(done.stdout.strip().splitlines()[-1]))
+    file, jars = json.loads(done.stdout.strip().splitlines()[-1])
+    imported = Path(file)
     if daemon == "default":
         assert DEFAULTS["spark.python.daemon.module"] == "applier.engine.spark_daemon"
         assert imported.resolve().parent == INSTALLED, imported
+        assert jars == 0, "Spark's JAR left the path before the worker was forked"
     else:
         assert "pyspark.zip" in imported.parts, imported
+        assert jars > 0

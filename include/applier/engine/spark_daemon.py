@@ -9,9 +9,12 @@ pyspark's modules from source: on the narrow benchmark workload in one cycle,
 
 When that zip is the one inside the installed pyspark package (pip's pyspark
 is its own ``SPARK_HOME``: the same files, with their bytecode compiled at
-install), this module takes the zip off the path and runs ``pyspark.daemon``
-as Spark would have. Anywhere else (a Spark distribution whose executors have
-no pyspark installed, or another version of it) the path stays as Spark made it.
+install), this module takes the zip off the path (and the py4j zip beside it
+when the installed py4j is the same version) and runs ``pyspark.daemon`` as
+Spark would have. Anywhere else (a Spark distribution whose executors have
+no pyspark installed, or another version of it) those zips stay. Spark's JAR
+leaves the path too, before any worker is forked
+(:func:`~applier.engine.worker_path.trim_import_caches`; it holds no Python).
 
 Spark runs it as its ``spark.python.daemon.module`` (:mod:`applier.engine.session`).
 """
@@ -19,25 +22,49 @@ Spark runs it as its ``spark.python.daemon.module`` (:mod:`applier.engine.sessio
 from __future__ import annotations
 
 import importlib.machinery
+import importlib.metadata
 import runpy
 import sys
 from collections.abc import Sequence
 from pathlib import Path
 
+from applier.engine.worker_path import trim_import_caches
+
 
 def without_bundled_pyspark(path: Sequence[str]) -> list[str]:
-    """``path`` without the ``pyspark.zip`` entries that are the installed pyspark's own copy of itself."""
-    rest = [entry for entry in path if Path(entry).name != "pyspark.zip"]
+    """``path`` without the zips that are the installed pyspark's own copies: of itself, and of its py4j.
+
+    ``py4j-<version>-src.zip`` goes only when the installed py4j is that version.
+    """
+    rest = [entry for entry in path if not _bundled(entry)]
     found = importlib.machinery.PathFinder.find_spec("pyspark", rest)
     if found is None or found.origin is None:
         return list(path)
-    installed = Path(found.origin).resolve().parent
-    bundled = [entry for entry in path if Path(entry).name == "pyspark.zip"]
-    if any(Path(entry).resolve().parents[2] != installed for entry in bundled):
-        return list(path)  # a zip of another installation: keep Spark's path as it is
-    return rest
+    lib = Path(found.origin).resolve().parent / "python" / "lib"
+    kept = [entry for entry in path if _bundled(entry) and not _installed_copy(Path(entry), lib, rest)]
+    return [entry for entry in path if entry in kept or not _bundled(entry)]
+
+
+def _bundled(entry: str) -> bool:
+    name = Path(entry).name
+    return name == "pyspark.zip" or (name.startswith("py4j-") and name.endswith("-src.zip"))
+
+
+def _installed_copy(zipped: Path, lib: Path, rest: Sequence[str]) -> bool:
+    """Whether ``zipped`` is the installed pyspark's copy of a package installed beside it, same version."""
+    if zipped.resolve().parent != lib:
+        return False
+    if zipped.name == "pyspark.zip":
+        return True
+    if importlib.machinery.PathFinder.find_spec("py4j", rest) is None:
+        return False
+    try:
+        return zipped.name == f"py4j-{importlib.metadata.version('py4j')}-src.zip"
+    except importlib.metadata.PackageNotFoundError:
+        return False
 
 
 if __name__ == "__main__":
     sys.path[:] = without_bundled_pyspark(sys.path)
+    trim_import_caches()  # and Spark's JAR: each worker forked would read its directory before its first task
     runpy.run_module("pyspark.daemon", run_name="__main__", alter_sys=True)
