@@ -13,6 +13,7 @@ import pytest
 from applier.engine import open_rows
 from applier.engine.buffers import TransactionBuffers
 from applier.engine.open_rows import buffer_open_rows, plan
+from applier.engine.part_files import written_parts
 from applier.engine.reading import CycleInput, read_cycle
 from applier.engine.sources import ReadTask, commits_of, task_rows
 from applier.generate import generate_workload
@@ -147,12 +148,13 @@ def test_a_task_writes_its_part_as_it_reads_even_without_rows_and_rewrites_it_wh
         recorder.close()
     assert (tmp_path / "open-7-0-2.arrow").stat().st_size == 0
     assert sorted(p.name for p in tmp_path.iterdir()) == ["open-7-0-2.arrow", "open-7-1-2.arrow"]
-    assert open_rows._written(tmp_path) == {7: [tmp_path / "open-7-0-2.arrow", tmp_path / "open-7-1-2.arrow"]}
+    whole = {7: [tmp_path / "open-7-0-2.arrow", tmp_path / "open-7-1-2.arrow"]}
+    assert written_parts(tmp_path, open_rows.PREFIX, open_rows.SUFFIX)[0] == whole
     again = pa.ipc.open_stream(pa.memory_map(str(tmp_path / "open-7-1-2.arrow"))).read_all()
     assert again.to_pydict() == {"lsn": [1, 2, 3], "xid": ["a", "a", "b"]}
     failed = open_rows.Recorder(str(tmp_path), 8, 0, 1)
     failed.write(rows)  # its task dies here
-    assert open_rows._written(tmp_path).keys() == {7}
+    assert written_parts(tmp_path, open_rows.PREFIX, open_rows.SUFFIX)[0].keys() == {7}
 
 
 def test_a_run_in_small_cycles_buffers_what_its_compile_jobs_wrote_and_equals_the_reference(

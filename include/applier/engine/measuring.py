@@ -23,15 +23,16 @@ measures them as it reads.
 from __future__ import annotations
 
 import json
-import os
 from collections.abc import Mapping
 from pathlib import Path
 
+from applier.engine.part_files import part_path, temporary, written_parts
 from applier.engine.reading import CycleInput, longest_images_in
 from applier.engine.touches import merge_longest
 
 LENGTHS_PREFIX = "images-"
-"""Names the files of a compile job's folder that hold a read task's longest images (:func:`record_lengths`):
+LENGTHS_SUFFIX = ".json"
+"""Name the files of a compile job's folder that hold a read task's longest images (:func:`record_lengths`):
 ``images-<seq>-<part>-<parts>.json``."""
 
 
@@ -40,10 +41,10 @@ def record_lengths(folder: str, seq: int, part: int, parts: int, longest: Mappin
 
     Written whole or not at all (a task retried rewrites the same figures).
     """
-    path = Path(folder, f"{LENGTHS_PREFIX}{seq}-{part}-{parts}.json")
-    temporary = path.with_name(f".{path.name}.{os.getpid()}")
-    temporary.write_text(json.dumps(longest), encoding="utf-8")
-    temporary.replace(path)
+    path = part_path(folder, LENGTHS_PREFIX, LENGTHS_SUFFIX, seq, part, parts)
+    written = temporary(path)
+    written.write_text(json.dumps(longest), encoding="utf-8")
+    written.replace(path)
 
 
 def note_measured(cycle: CycleInput, folder: Path) -> None:
@@ -51,19 +52,14 @@ def note_measured(cycle: CycleInput, folder: Path) -> None:
 
     The job's files are removed once read.
     """
-    parts: dict[int, dict[int, Path]] = {}
-    expected: dict[int, int] = {}
-    for path in folder.glob(f"{LENGTHS_PREFIX}*.json"):
-        seq, part, of = map(int, path.stem.removeprefix(LENGTHS_PREFIX).split("-"))
-        parts.setdefault(seq, {})[part] = path
-        expected[seq] = of
-    for seq, found in sorted(parts.items()):
-        if seq in cycle.unmeasured and len(found) == expected[seq]:
-            for path in found.values():
+    whole, found = written_parts(folder, LENGTHS_PREFIX, LENGTHS_SUFFIX)
+    for seq, files in sorted(whole.items()):
+        if seq in cycle.unmeasured:
+            for path in files:
                 merge_longest(cycle.longest_image, json.loads(path.read_text(encoding="utf-8")))
             cycle.unmeasured.discard(seq)
-        for path in found.values():
-            path.unlink()
+    for path in found:
+        path.unlink()
 
 
 def measure_rest(cycle: CycleInput) -> None:

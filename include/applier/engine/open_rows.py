@@ -23,7 +23,6 @@ restart point, as every restart does.
 
 from __future__ import annotations
 
-import os
 import shutil
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
@@ -33,11 +32,12 @@ import pyarrow as pa
 import pyarrow.ipc as ipc
 
 from applier.engine.buffers import TransactionBuffers
+from applier.engine.part_files import part_path, temporary, written_parts
 from applier.engine.reading import CycleInput, pair_lookups, read_dat_rows
 from applier.engine.spill import read_spill
 
-PREFIX = "open-"
-"""Names a read task's file of open rows: ``open-<seq>-<part>-<parts>.arrow`` (Arrow IPC streams)."""
+PREFIX, SUFFIX = "open-", ".arrow"
+"""Name a read task's file of open rows: ``open-<seq>-<part>-<parts>.arrow`` (Arrow IPC streams)."""
 
 
 @dataclass(frozen=True)
@@ -79,8 +79,8 @@ class Recorder:
     """
 
     def __init__(self, folder: str, seq: int, part: int, parts: int) -> None:
-        self.path = Path(folder, f"{PREFIX}{seq}-{part}-{parts}.arrow")
-        self._temporary = self.path.with_name(f".{self.path.name}.{os.getpid()}")
+        self.path = part_path(folder, PREFIX, SUFFIX, seq, part, parts)
+        self._temporary = temporary(self.path)
         self._sink: pa.NativeFile | None = None
         self._writer: ipc.RecordBatchStreamWriter | None = None
 
@@ -107,7 +107,7 @@ def buffer_open_rows(cycle: CycleInput, rows: OpenRows, buffers: TransactionBuff
     From the files of ``rows.folder`` for a pair all of whose parts a task
     wrote, else read from the pair. The folder's files are removed.
     """
-    written = _written(Path(rows.folder)) if rows.folder else {}
+    written = written_parts(Path(rows.folder), PREFIX, SUFFIX)[0] if rows.folder else {}
     refs = {ref.seq: ref for ref in cycle.pairs}
     for seq, xids in sorted(rows.xids.items()):
         files = written.get(seq)
@@ -120,14 +120,3 @@ def buffer_open_rows(cycle: CycleInput, rows: OpenRows, buffers: TransactionBuff
             buffers.add(kept, seq=seq)
     if rows.folder:
         shutil.rmtree(rows.folder, ignore_errors=True)
-
-
-def _written(folder: Path) -> dict[int, list[Path]]:
-    """Per pair, its parts' files in order, when every part of it was written."""
-    parts: dict[int, dict[int, Path]] = {}
-    expected: dict[int, int] = {}
-    for path in folder.glob(f"{PREFIX}*.arrow"):
-        seq, part, of = map(int, path.stem.removeprefix(PREFIX).split("-"))
-        parts.setdefault(seq, {})[part] = path
-        expected[seq] = of
-    return {seq: [found[p] for p in sorted(found)] for seq, found in parts.items() if len(found) == expected[seq]}
