@@ -143,9 +143,11 @@ class AirflowServer:
                 raise AirflowTestError(f"no {what} after {timeout:.0f}s\n{self.logs()}")
             time.sleep(2)
 
-    def cli(self, *args: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
-        """``airflow ARGS`` against this instance's home; fails the test on a non-zero exit."""
-        return airflow_command(list(args), self.env, timeout=timeout)
+    def cli(
+        self, *args: str, timeout: float = 300, took_effect: Callable[[], bool] | None = None
+    ) -> subprocess.CompletedProcess[str]:
+        """``airflow ARGS`` against this instance's home (:func:`airflow_command`)."""
+        return airflow_command(list(args), self.env, timeout=timeout, took_effect=took_effect)
 
     # ------------------------------------------------------------------ DAGs, variables, runs
 

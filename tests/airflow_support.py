@@ -25,7 +25,7 @@ import os
 import subprocess
 import sys
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 
 import pytest
@@ -65,12 +65,20 @@ def airflow_env(home: Path, **extra: str) -> dict[str, str]:
     }
 
 
-def airflow_command(args: list[str], env: Mapping[str, str], timeout: float = 600) -> subprocess.CompletedProcess[str]:
+def airflow_command(
+    args: list[str],
+    env: Mapping[str, str],
+    timeout: float = 600,
+    took_effect: Callable[[], bool] | None = None,
+) -> subprocess.CompletedProcess[str]:
     """Run ``airflow ARGS`` with ``env`` over this process's environment; fails the test on a non-zero exit.
 
     A command that found SQLite locked (Airflow on SQLite, with a scheduler,
-    an API server and a DAG processor writing to it, on a busy machine) did
-    nothing and is run again, up to three times.
+    an API server and a DAG processor writing to it, on a busy machine) is
+    run again, up to three times. A command that is not idempotent may have
+    committed its change before it met the lock (``backfill create``: the
+    next attempt is then refused, "Another backfill is running"):
+    ``took_effect`` says whether it did, and then it is not run again.
     """
     for attempt in range(3):
         done = subprocess.run(
@@ -84,6 +92,8 @@ def airflow_command(args: list[str], env: Mapping[str, str], timeout: float = 60
         if done.returncode == 0 or "sqlite3.OperationalError: database is locked" not in done.stderr:
             break
         time.sleep(2 * (attempt + 1))
+        if took_effect is not None and took_effect():
+            return done  # the attempt that met the lock had made its change
     assert done.returncode == 0, f"airflow {' '.join(args)} exited {done.returncode}:\n{done.stdout}\n{done.stderr}"
     return done
 

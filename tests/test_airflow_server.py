@@ -242,6 +242,7 @@ def test_backfill_replays_the_recorded_cycles_onto_a_restored_target(
         "completed",
         "--max-active-runs",
         "1",
+        took_effect=lambda: bool(airflow.api("GET", f"/api/v2/backfills?dag_id={DAG_ID}")["backfills"]),
     )
 
     def backfill_done() -> dict[str, Any] | None:
