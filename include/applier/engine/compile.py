@@ -14,7 +14,7 @@ import weakref
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 
-from pyspark.sql import DataFrame, Row
+from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
 from applier.engine.changes import TableChanges
@@ -96,19 +96,18 @@ def compile_cycle(
         bounds = [start for start, _ in groups]
         holders = [into, *(holder for _, holder in groups)]
         definitions = {n: tables[n] for n in names}
-        job = net_changes(rows, definitions, truncates, str(into.folder), partitions, spreads, bounds, checks)
-        for chunk in _collect(job, into.folder):
+        chunks = net_changes(rows, definitions, truncates, str(into.folder), partitions, spreads, bounds, checks)
+        _raise_refusal(into.folder)
+        for chunk in chunks:
             holders[chunk["group"]].add_file(chunk["table"], Path(chunk["path"]), chunk["bytes"], chunk.asDict())
     return into
 
 
-def _collect(job: DataFrame, folder: Path) -> list[Row]:
-    """The job's rows; a pair an executor refused (recorded in ``folder``) becomes a :class:`LateImageRefusal`."""
-    rows = job.collect()
+def _raise_refusal(folder: Path) -> None:
+    """A pair an executor refused (recorded in ``folder``) becomes a :class:`LateImageRefusal`."""
     refused = first_refusal(folder)
     if refused is not None:
         raise LateImageRefusal(pair_name(refused.seq) + ".dat", refused.seq, refused.code, refused.detail)
-    return rows
 
 
 def compile_table(rows: DataFrame, table: TableDef) -> TableChanges:

@@ -1,11 +1,11 @@
-"""Every table's net changes of a cycle in one Spark job (engine design, "Row ordering and net changes").
+"""Every table's net changes of a cycle, in two Spark jobs (engine design, "Row ordering and net changes").
 
 Committed transactions take effect in ascending commit lsn, and the rows of one
 transaction in ascending lsn (spec section 4), so every committed row has the
 position ``(commit_lsn, lsn)``. Nothing here relies on the physical order of a
 DataFrame; positions are compared explicitly.
 
-The job reads the committed rows once and shuffles once, for all tables:
+The compile reads the committed rows once and exchanges them once, for all tables:
 
 1. In Python on the executors (:func:`applier.engine.events.event_batches`),
    which read the cycle's files themselves (:mod:`applier.engine.sources`),
@@ -20,11 +20,14 @@ The job reads the committed rows once and shuffles once, for all tables:
    the old key of an update that moves the key). On a table without a key
    every event also counts +1 (a copy added) or -1 (removed). Each
    executor folds its partition's events per identity before passing them
-   on (:func:`applier.engine.reduce.fold`).
-2. Per table and identity (one shuffle, then one Arrow sort of each
-   partition on the executor: :mod:`applier.engine.reduce`), the first event
+   on (:func:`applier.engine.reduce.fold`), and writes them to the exchange
+   (:mod:`applier.engine.exchange`: Arrow files in the compile's folder, a
+   batch per partition; the JVM carries only where they are).
+2. Per table and identity (a second job, a task per partition reading its
+   events from every file, then one Arrow sort of each partition on the
+   executor: :mod:`applier.engine.reduce`), the first event
    says whether the identity existed before the cycle, the last one decides
-   its final state, and the counts add up. The shuffle partitions on the table and a *salt*:
+   its final state, and the counts add up. The exchange partitions on the table and a *salt*:
    a table with a small share of the cycle's rows has salt 0, so all its
    identities meet in one partition; a busy table's identities are spread
    by a hash of their key over partitions in proportion to its share
@@ -47,14 +50,16 @@ from __future__ import annotations
 
 import functools
 import math
-from collections.abc import Mapping, Sequence
+import os
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 
 import pyarrow as pa
-from pyspark.sql import DataFrame
+from pyspark.sql import DataFrame, Row
 
-from applier.engine.events import EVENT_SCHEMA, event_batches
+from applier.engine import exchange
+from applier.engine.events import event_batches
 from applier.engine.identity import CHUNK_SCHEMA
-from applier.engine.image_checks import Checks
+from applier.engine.image_checks import Checks, refused_in
 from applier.engine.reduce import net_batches
 from applier.engine.sources import ReadTasks
 from applier.intermediate.schema import TableDef
@@ -67,6 +72,7 @@ INPUT_BYTES_PER_PARTITION = 32 * 1024 * 1024
 
 def _ddl(schema: pa.Schema) -> str:
     kinds = {pa.string(): "string", pa.binary(): "binary", pa.int64(): "long", pa.int32(): "int", pa.bool_(): "boolean"}
+    kinds[pa.list_(pa.int32())] = "array<int>"
     return ", ".join(f"`{f.name}` {kinds[f.type]}" for f in schema)
 
 
@@ -97,8 +103,8 @@ def net_changes(
     spreads: Mapping[str, int] | None = None,
     bounds: Sequence[int] = (),
     checks: Checks | None = None,
-) -> DataFrame:
-    """The compile job: committed rows in, typed chunks of each table's net changes out.
+) -> list[Row]:
+    """The compile: committed rows in, typed chunks of each table's net changes out (two Spark jobs).
 
     Args:
         rows: committed rows (``.dat`` columns plus ``commit_lsn``), ``T`` rows
@@ -108,10 +114,10 @@ def net_changes(
         tables: the definitions (the latest of the cycle) of the tables to compile;
             columns added later read as null in older images.
         truncates: each truncated table's last truncate position ``(commit_lsn, lsn)``.
-        folder: where the executors write the chunk files, and the refusals of
-            pairs they check (a folder every executor and the driver reach:
-            the Applier's work folder).
-        partitions: shuffle partitions of the job (None: the session's setting).
+        folder: where the executors write the exchange's and the chunks' files,
+            and the refusals of pairs they check (a folder every executor and
+            the driver reach: the Applier's work folder).
+        partitions: partitions of the exchange (None: the session's ``spark.sql.shuffle.partitions``).
         spreads: over how many partitions a busy table's identities are spread
             (:func:`table_spreads`; a table not named: one).
         bounds: the commit lsn each compilable group after the first starts
@@ -125,22 +131,61 @@ def net_changes(
     Returns:
         One row per chunk file: ``table``, ``path``, ``rows``, ``bytes``, its
         net ``I``/``U``/``D`` rows and its ``group`` (the file holds one table's
-        net changes of one group, see :func:`applier.engine.identity.final_table`).
+        net changes of one group, see :func:`applier.engine.identity.final_table`);
+        none when an executor refused a pair (recorded in ``folder``: the
+        second job does not run).
     """
     definitions = dict(tables)
-    settings = (definitions, dict(truncates), dict(spreads or {}), list(bounds), checks, folder)
-    if isinstance(rows, ReadTasks):  # read on the executors, into the events step in the same process
-        events = rows.map_rows(functools.partial(event_batches, *settings), _ddl(EVENT_SCHEMA))
-    else:
-        read = ["table", "op", "before", "after", "commit_lsn", "lsn", *(("seq", "xid") if checks is not None else ())]
-        events = rows.select(*read).mapInArrow(functools.partial(event_batches, *settings), _ddl(EVENT_SCHEMA))
-    if partitions is None:
-        events = events.repartition("table", "salt")
-    else:
-        events = events.repartition(partitions, "table", "salt")
-    return events.mapInArrow(
-        functools.partial(net_batches, definitions, frozenset(truncates), folder), _ddl(CHUNK_SCHEMA)
+    events = functools.partial(
+        event_batches, definitions, dict(truncates), dict(spreads or {}), list(bounds), checks, folder
     )
+    spark = rows.spark if isinstance(rows, ReadTasks) else rows.sparkSession
+    count = partitions or int(str(spark.conf.get("spark.sql.shuffle.partitions")))
+    shared = os.path.join(folder, exchange.FOLDER)
+    write = functools.partial(_events_written, events, shared, count)
+    try:
+        if isinstance(rows, ReadTasks):  # read on the executors, into the events step in the same process
+            located = rows.map_rows(write, _ddl(exchange.LOCATIONS)).collect()
+        else:
+            read = [
+                "table",
+                "op",
+                "before",
+                "after",
+                "commit_lsn",
+                "lsn",
+                *(("seq", "xid") if checks is not None else ()),
+            ]
+            located = rows.select(*read).mapInArrow(write, _ddl(exchange.LOCATIONS)).collect()
+        received = exchange.by_partition(row.asDict() for row in located)
+        if not received or refused_in(folder):
+            return []
+        net = functools.partial(net_batches, definitions, frozenset(truncates), folder)
+        tasks = spark.range(len(received), numPartitions=len(received))
+        return tasks.mapInArrow(functools.partial(_netted, received, net), _ddl(CHUNK_SCHEMA)).collect()
+    finally:
+        exchange.remove(shared)
+
+
+def _events_written(
+    events: Callable[[Iterable[pa.RecordBatch]], Iterator[pa.RecordBatch]],
+    folder: str,
+    partitions: int,
+    batches: Iterable[pa.RecordBatch],
+) -> Iterator[pa.RecordBatch]:
+    """The first job's function: a partition's rows into events, written to the exchange."""
+    return exchange.write(folder, partitions, events(batches))
+
+
+def _netted(
+    received: Sequence[Sequence[tuple[str, Sequence[int]]]],
+    net: Callable[[Iterable[pa.RecordBatch]], Iterator[pa.RecordBatch]],
+    numbers: Iterable[pa.RecordBatch],
+) -> Iterator[pa.RecordBatch]:
+    """The second job's function: each numbered partition's events, read from the exchange, netted into chunk files."""
+    for batch in numbers:
+        for index in batch.column(0).to_pylist():
+            yield from net(exchange.read(received[index]))
 
 
 def compile_partitions(input_bytes: int, default: int) -> int:
