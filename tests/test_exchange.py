@@ -109,11 +109,7 @@ def test_each_partition_reads_back_exactly_its_events_from_every_tasks_file(tmp_
     written = [_events(rng, 700, salts=2), _events(rng, 500, salts=2), _events(rng, 0)]
     locations = []
     for events in written:  # three tasks, outside Spark: each its own file
-        locations += [
-            row
-            for out in exchange.write(str(tmp_path), 5, events.to_batches(max_chunksize=128))
-            for row in out.to_pylist()
-        ]
+        locations += list(exchange.write(str(tmp_path), 5, events.to_batches(max_chunksize=128)))
     assert len(list(tmp_path.glob("*.arrow"))) == 2  # a task without events writes no file
     received = exchange.by_partition(locations)
     assert 1 < len(received) <= 5
@@ -137,16 +133,8 @@ def test_a_task_that_fails_leaves_no_file_and_its_next_attempt_writes_it_whole(t
     with pytest.raises(OSError, match="executor lost"):
         list(exchange.write(str(tmp_path), 4, failing()))
     assert list(tmp_path.iterdir()) == []  # neither the file nor its temporary
-    out = [
-        row
-        for batch in exchange.write(str(tmp_path), 4, events.to_batches(max_chunksize=100))
-        for row in batch.to_pylist()
-    ]
-    again = [
-        row
-        for batch in exchange.write(str(tmp_path), 4, events.to_batches(max_chunksize=100))
-        for row in batch.to_pylist()
-    ]
+    out = list(exchange.write(str(tmp_path), 4, events.to_batches(max_chunksize=100)))
+    again = list(exchange.write(str(tmp_path), 4, events.to_batches(max_chunksize=100)))
     assert [p.name for p in tmp_path.iterdir()] == ["3.arrow"]  # named after the task: a retry replaces it
     assert out == again and {row["path"] for row in out} == {str(tmp_path / "3.arrow")}
     back = pa.concat_tables(

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -52,8 +53,7 @@ def _task(path: Path, seq: int | None, commits: dict[str, int], part: int = 0, p
 
 def _read(tasks: list[ReadTask], **options: Any) -> list[dict[str, Any]]:
     """The rows of ``tasks``, each its own group, all run in one partition."""
-    numbers = pa.RecordBatch.from_pydict({"id": pa.array(range(len(tasks)), pa.int64())})
-    return pa.Table.from_batches(list(task_rows([(t,) for t in tasks], [numbers], **options))).to_pylist()
+    return pa.Table.from_batches(list(task_rows([(t,) for t in tasks], range(len(tasks)), **options))).to_pylist()
 
 
 def test_a_pair_yields_its_committed_rows_with_their_commit_lsn(tmp_path: Path) -> None:
@@ -128,6 +128,14 @@ def test_each_pair_task_carries_only_its_own_transactions_commits(spark: Any, tm
     parts = -(-TASKS_PER_CORE * spark.sparkContext.defaultParallelism // 2) if large else 1
     assert [(t.seq, t.part, t.parts) for (t,) in tasks.tasks] == [(s, p, parts) for s in (1, 2) for p in range(parts)]
     assert tasks.numbers().rdd.glom().map(len).collect() == [1] * len(tasks.tasks)  # one Spark task per read task
+    def task_and_rows(batches: Iterator[pa.RecordBatch]) -> Iterator[tuple[int, int]]:  # pickled by value
+        from pyspark import TaskContext
+
+        yield TaskContext.get().partitionId(), sum(batch.num_rows for batch in batches)
+
+    per_task = sorted(tasks.collect(task_and_rows))  # the compile's way: an RDD job, a Spark task per read task
+    assert [task for task, _ in per_task] == list(range(len(tasks.tasks)))
+    assert sum(rows for _, rows in per_task) == 2 * ROWS
     assert rows.num_rows == 2 * ROWS
     assert sorted(set(zip(*rows.select(["xid", "commit_lsn", "seq"]).to_pydict().values(), strict=True))) == [
         ("a", 10, 1),
@@ -196,7 +204,7 @@ def test_a_spill_file_of_many_small_spools_is_read_as_one_batch(tmp_path: Path) 
     for start in range(0, 400, 2):  # 200 spools of two rows each
         append_spill(path, [rows.slice(start, 2)])
 
-    batches = list(task_rows([(_task(path, None, {"a": 7}),)], [pa.RecordBatch.from_pydict({"id": [0]})]))
+    batches = list(task_rows([(_task(path, None, {"a": 7}),)], [0]))
 
     assert [b.num_rows for b in batches] == [400]
     assert batches[0].column("lsn").to_pylist() == list(range(1, 401))

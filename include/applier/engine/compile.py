@@ -99,7 +99,7 @@ def compile_cycle(
         chunks = net_changes(rows, definitions, truncates, str(into.folder), partitions, spreads, bounds, checks)
         _raise_refusal(into.folder)
         for chunk in chunks:
-            holders[chunk["group"]].add_file(chunk["table"], Path(chunk["path"]), chunk["bytes"], chunk.asDict())
+            holders[chunk["group"]].add_file(chunk["table"], Path(chunk["path"]), chunk["bytes"], chunk)
     return into
 
 

@@ -36,7 +36,8 @@ FOLDER = "exchange"
 """The exchange's folder, inside the compile's."""
 
 LOCATIONS = pa.schema([("partition", pa.int32()), ("path", pa.string()), ("batches", pa.list_(pa.int32()))])
-"""What a first-step task hands back: per partition, its file and which of its batches hold that partition's events."""
+"""What a first-step task hands back (:func:`write`'s dicts, as Arrow): per partition, its file and which of
+its batches hold that partition's events."""
 
 
 _OPTIONS = pa.ipc.IpcWriteOptions(compression="lz4")
@@ -57,7 +58,7 @@ def partition_of(events: pa.RecordBatch, partitions: int) -> np.ndarray:
     return partition
 
 
-def write(folder: str, partitions: int, events: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+def write(folder: str, partitions: int, events: Iterable[pa.RecordBatch]) -> Iterator[dict[str, Any]]:
     """The events of one task written to one file of ``folder``, a batch per partition; their :data:`LOCATIONS`.
 
     The file is named after the task's partition in the job, so an attempt
@@ -93,9 +94,8 @@ def write(folder: str, partitions: int, events: Iterable[pa.RecordBatch]) -> Ite
         return
     writer.close()
     os.replace(staged, path)
-    yield pa.RecordBatch.from_pylist(
-        [{"partition": p, "path": str(path), "batches": b} for p, b in sorted(batches.items())], schema=LOCATIONS
-    )
+    for partition, indices in sorted(batches.items()):
+        yield {"partition": partition, "path": str(path), "batches": indices}
 
 
 def by_partition(locations: Iterable[Mapping[str, Any]]) -> list[list[tuple[str, list[int]]]]:

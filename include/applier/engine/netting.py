@@ -52,13 +52,13 @@ import functools
 import math
 import os
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from typing import Any
 
 import pyarrow as pa
-from pyspark.sql import DataFrame, Row
+from pyspark.sql import DataFrame
 
 from applier.engine import exchange
 from applier.engine.events import event_batches
-from applier.engine.identity import CHUNK_SCHEMA
 from applier.engine.image_checks import Checks, refused_in
 from applier.engine.reduce import net_batches
 from applier.engine.sources import ReadTasks
@@ -103,7 +103,7 @@ def net_changes(
     spreads: Mapping[str, int] | None = None,
     bounds: Sequence[int] = (),
     checks: Checks | None = None,
-) -> list[Row]:
+) -> list[dict[str, Any]]:
     """The compile: committed rows in, typed chunks of each table's net changes out (two Spark jobs).
 
     Args:
@@ -145,7 +145,7 @@ def net_changes(
     write = functools.partial(_events_written, events, shared, count)
     try:
         if isinstance(rows, ReadTasks):  # read on the executors, into the events step in the same process
-            located = rows.map_rows(write, _ddl(exchange.LOCATIONS)).collect()
+            located = rows.collect(write)
         else:
             read = [
                 "table",
@@ -156,13 +156,14 @@ def net_changes(
                 "lsn",
                 *(("seq", "xid") if checks is not None else ()),
             ]
-            located = rows.select(*read).mapInArrow(write, _ddl(exchange.LOCATIONS)).collect()
-        received = exchange.by_partition(row.asDict() for row in located)
+            written = rows.select(*read).mapInArrow(functools.partial(_as_arrow, write), _ddl(exchange.LOCATIONS))
+            located = [row.asDict() for row in written.collect()]
+        received = exchange.by_partition(located)
         if not received or refused_in(folder):
             return []
         net = functools.partial(net_batches, definitions, frozenset(truncates), folder)
-        tasks = spark.range(len(received), numPartitions=len(received))
-        return tasks.mapInArrow(functools.partial(_netted, received, net), _ddl(CHUNK_SCHEMA)).collect()
+        tasks = spark.sparkContext.parallelize(range(len(received)), len(received))
+        return list(tasks.mapPartitions(functools.partial(_netted, received, net)).collect())
     finally:
         exchange.remove(shared)
 
@@ -172,20 +173,29 @@ def _events_written(
     folder: str,
     partitions: int,
     batches: Iterable[pa.RecordBatch],
-) -> Iterator[pa.RecordBatch]:
-    """The first job's function: a partition's rows into events, written to the exchange."""
+) -> Iterator[dict[str, Any]]:
+    """The first job's function: a partition's rows into events, written to the exchange; where they are."""
     return exchange.write(folder, partitions, events(batches))
+
+
+def _as_arrow(
+    write: Callable[[Iterable[pa.RecordBatch]], Iterator[dict[str, Any]]], batches: Iterable[pa.RecordBatch]
+) -> Iterator[pa.RecordBatch]:
+    """``write`` as a ``mapInArrow`` function (rows given as a DataFrame)."""
+    located = list(write(batches))
+    if located:
+        yield pa.RecordBatch.from_pylist(located, schema=exchange.LOCATIONS)
 
 
 def _netted(
     received: Sequence[Sequence[tuple[str, Sequence[int]]]],
     net: Callable[[Iterable[pa.RecordBatch]], Iterator[pa.RecordBatch]],
-    numbers: Iterable[pa.RecordBatch],
-) -> Iterator[pa.RecordBatch]:
+    numbers: Iterable[int],
+) -> Iterator[dict[str, Any]]:
     """The second job's function: each numbered partition's events, read from the exchange, netted into chunk files."""
-    for batch in numbers:
-        for index in batch.column(0).to_pylist():
-            yield from net(exchange.read(received[index]))
+    for index in numbers:
+        for chunks in net(exchange.read(received[index])):
+            yield from chunks.to_pylist()
 
 
 def compile_partitions(input_bytes: int, default: int) -> int:
