@@ -60,3 +60,13 @@ def test_a_run_with_work_starts_spark_in_the_background_before_its_first_apply(t
     again: list[str] = []
     Applier(config, LazySession(lambda: again.append("started")), open_target(config)).run()
     assert again == []  # caught up: no Spark
+
+
+def test_the_modules_a_run_imports_before_spark_starts_leave_pandas_out() -> None:
+    """pyarrow imports pandas (about 0.3 s) to check a list it is given: not before the JVM is on its way."""
+    import subprocess
+    import sys
+
+    script = "import sys, applier.cli, applier.engine.run, applier.targets; print('pandas' in sys.modules)"
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True)
+    assert done.stdout.strip() == "False"

@@ -195,13 +195,13 @@ class CycleInput:
         return counts.filter(pc.is_in(counts["xid"], pa.array(list(xids), counts["xid"].type)))
 
 
-_NO_XIDS = pa.array([], pa.string())
+# Made from schemas, not lists: pyarrow imports pandas to check a list it is given (0.27 s), and the JVM
+# starts only once the driver's imports are done.
+_NO_XIDS = pa.nulls(0, pa.string())
 COMMITS = pa.schema([("xid", pa.string()), ("commit_lsn", pa.int64())])
 """Commits as read tasks carry them: ``xid``, ``commit_lsn``."""
-_NO_COUNTS = pa.table(
-    {"xid": [], "table": [], "rows": []},
-    pa.schema([("xid", pa.string()), ("table", pa.string()), ("rows", pa.int64())]),
-)
+_COUNTS = pa.schema([("xid", pa.string()), ("table", pa.string()), ("rows", pa.int64())])
+_NO_COUNTS = pa.Table.from_arrays([pa.nulls(0, field.type) for field in _COUNTS], schema=_COUNTS)
 
 
 def _note_pair(into: CycleInput, pair: Pair) -> None:
