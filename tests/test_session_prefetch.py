@@ -70,3 +70,49 @@ def test_the_modules_a_run_imports_before_spark_starts_leave_pandas_out() -> Non
     script = "import sys, applier.cli, applier.engine.run, applier.targets; print('pandas' in sys.modules)"
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True)
     assert done.stdout.strip() == "False"
+
+
+RUN_WITHOUT_SQL = """
+import json, sys
+from pyspark.sql import SparkSession
+from applier.config import load_config
+from applier.engine.api import run_applier
+from applier.engine.session import start_spark
+from applier.generate import generate_workload
+
+generate_workload(sys.argv[1], seed=3, transactions=120, file_size_mb=0.02, profile="demo")
+config = load_config(None, sys.argv[2:])
+summary = run_applier(config)
+sql_before = SparkSession._instantiatedSession is not None
+spark = start_spark(config)  # joins the run's application
+rows = spark.range(3).count()  # SQL on demand, with the run's settings
+zone = spark.session.conf.get("spark.sql.session.timeZone")
+print(json.dumps([summary.cycles_run, sql_before, rows, zone]))
+"""
+
+
+def test_a_run_s_cycles_never_start_spark_sql_and_sql_starts_on_demand_with_the_run_s_settings(tmp_path: Path) -> None:
+    """Creating the SQL session took 0.7-1.0 s of a run's start; a cycle's jobs are RDD jobs and need none."""
+    import json
+    import subprocess
+    import sys
+
+    settings = [
+        "configuration_name=nosql",
+        f"intermediate_dir={tmp_path / 'in'}",
+        f"output_dir={tmp_path / 'out'}",
+        f"target.path={tmp_path / 'target'}",
+        "apply.process_intermediate_size_per_job=0.05",
+        "spark.master=local[1]",
+    ]
+    done = subprocess.run(
+        [sys.executable, "-c", RUN_WITHOUT_SQL, str(tmp_path / "in"), *settings],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    cycles, sql_before, rows, zone = json.loads(done.stdout.strip().splitlines()[-1])
+    assert cycles > 1 and not sql_before
+    assert rows == 3 and zone == "UTC"

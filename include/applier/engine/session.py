@@ -1,4 +1,4 @@
-"""The Spark session an Applier run executes its cycles in."""
+"""The Spark application an Applier run executes its cycles in."""
 
 from __future__ import annotations
 
@@ -69,24 +69,68 @@ def spark_conf(config: Config) -> dict[str, str]:
     return {**DEFAULTS, "spark.driver.extraJavaOptions": driver, **dict(config.spark.conf)}
 
 
-def start_spark(config: Config, *, set_master: bool = True) -> Any:
-    """Start (or join) the Spark session for ``config``.
+def start_spark(config: Config, *, set_master: bool = True) -> SparkApp:
+    """Start (or join) the Spark application for ``config``; its SQL session starts when first used.
 
     Args:
         config: the configuration (``spark.master``, ``spark.conf.*``).
         set_master: False under spark-submit, whose ``--master`` decides.
     """
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
-    from pyspark.sql import SparkSession
+    from pyspark import SparkConf, SparkContext
 
-    builder = SparkSession.builder.appName(f"applier-{config.configuration_name}")
+    conf = SparkConf().setAppName(f"applier-{config.configuration_name}")
     if set_master:
-        builder = builder.master(config.spark.master)
+        conf.setMaster(config.spark.master)
     for key, value in spark_conf(config).items():
-        builder = builder.config(key, value)
-    session = builder.getOrCreate()
-    session.sparkContext.setLogLevel("WARN")
-    return session
+        conf.set(key, value)
+    context = SparkContext.getOrCreate(conf)
+    context.setLogLevel("WARN")
+    return SparkApp(context)
+
+
+class SparkApp:
+    """A Spark application whose SQL session is created on first use.
+
+    An apply cycle's jobs are RDD jobs over task numbers (the rows never
+    cross into the JVM): they need the application's ``sparkContext`` and
+    its ``conf`` only. Creating the SQL session, which nothing of a cycle
+    uses, took 0.7-1.0 s of a run's start, while the cycle waited for Spark.
+    Anything else asked of it (``range``, ``createDataFrame``, ``read``...)
+    is the SQL session's, created then with the application's settings.
+
+    Args:
+        context: the application's ``SparkContext``.
+    """
+
+    def __init__(self, context: Any) -> None:
+        self.sparkContext = context
+        self._session: Any = None
+        self._lock = threading.Lock()
+
+    @property
+    def conf(self) -> Any:
+        """The application's settings (``get(key, default)``), without starting the SQL session."""
+        return self.sparkContext.getConf()
+
+    @property
+    def session(self) -> Any:
+        """The SQL session (``SparkSession``), created on first use."""
+        with self._lock:
+            if self._session is None:
+                from pyspark.sql import SparkSession
+
+                self._session = SparkSession.builder.getOrCreate()  # this application's context and settings
+            return self._session
+
+    def stop(self) -> None:
+        """Stop the application (its SQL session with it, if one was created)."""
+        self.sparkContext.stop()
+
+    def __getattr__(self, name: str) -> Any:
+        if name.startswith("_"):  # not the session's: an attribute this object lacks (copying, pickling)
+            raise AttributeError(name)
+        return getattr(self.session, name)
 
 
 class LazySession:
