@@ -162,3 +162,13 @@ def test_the_compile_nets_through_the_exchange_and_removes_it(
     assert crossed, "the events crossed in exchange files"
     assert not (tmp_path / exchange.FOLDER).exists()
     assert sum(chunk["I"] for chunk in chunks) == 50 and not any(chunk["U"] or chunk["D"] for chunk in chunks)
+
+
+def test_two_attempts_of_one_task_stage_their_files_apart(tmp_path: Path) -> None:
+    """A speculative attempt on another machine may run under the same pid: its staged file is its own."""
+    from applier.engine.part_files import temporary
+
+    final = tmp_path / "3.arrow"
+    first, second = temporary(final), temporary(final)
+    assert first != second and first.parent == second.parent == tmp_path
+    assert first.name.startswith(".3.arrow.") and second.name.startswith(".3.arrow.")  # hidden until moved

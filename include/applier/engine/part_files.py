@@ -11,6 +11,7 @@ every part of it is there (:func:`written_parts`): the images' lengths
 from __future__ import annotations
 
 import os
+import uuid
 from pathlib import Path
 
 
@@ -20,8 +21,13 @@ def part_path(folder: str | Path, prefix: str, suffix: str, seq: int, part: int,
 
 
 def temporary(path: Path) -> Path:
-    """Where a task writes ``path`` before moving it into place whole (hidden from :func:`written_parts`)."""
-    return path.with_name(f".{path.name}.{os.getpid()}")
+    """Where a task writes ``path`` before moving it into place whole (hidden from :func:`written_parts`).
+
+    Its own name: two attempts of one task (a speculative one, on another
+    machine of the cluster, whose process may have the same pid) never write
+    one file.
+    """
+    return path.with_name(f".{path.name}.{os.getpid()}-{uuid.uuid4().hex[:12]}")
 
 
 def written_parts(folder: Path, prefix: str, suffix: str) -> tuple[dict[int, list[Path]], list[Path]]:
