@@ -70,10 +70,7 @@ from applier.intermediate.schema import TableDef
 INPUT_BYTES_PER_PARTITION = 32 * 1024 * 1024
 
 
-def _ddl(schema: pa.Schema) -> str:
-    kinds = {pa.string(): "string", pa.binary(): "binary", pa.int64(): "long", pa.int32(): "int", pa.bool_(): "boolean"}
-    kinds[pa.list_(pa.int32())] = "array<int>"
-    return ", ".join(f"`{f.name}` {kinds[f.type]}" for f in schema)
+_LOCATIONS_DDL = "`partition` int, `path` string, `batches` array<int>"  # exchange.LOCATIONS, for mapInArrow
 
 
 def table_spreads(weights: Mapping[str, float], partitions: int) -> dict[str, int]:
@@ -147,16 +144,10 @@ def net_changes(
         if isinstance(rows, ReadTasks):  # read on the executors, into the events step in the same process
             located = rows.collect(write)
         else:
-            read = [
-                "table",
-                "op",
-                "before",
-                "after",
-                "commit_lsn",
-                "lsn",
-                *(("seq", "xid") if checks is not None else ()),
-            ]
-            written = rows.select(*read).mapInArrow(functools.partial(_as_arrow, write), _ddl(exchange.LOCATIONS))
+            read = ["table", "op", "before", "after", "commit_lsn", "lsn"] + (
+                ["seq", "xid"] if checks is not None else []
+            )
+            written = rows.select(*read).mapInArrow(functools.partial(_as_arrow, write), _LOCATIONS_DDL)
             located = [row.asDict() for row in written.collect()]
         received = exchange.by_partition(located)
         if not received or refused_in(folder):
