@@ -38,6 +38,8 @@ FOLDER = "exchange"
 LOCATIONS = pa.schema([("partition", pa.int32()), ("path", pa.string()), ("batches", pa.list_(pa.int32()))])
 """What a first-step task hands back (:func:`write`'s dicts, as Arrow): per partition, its file and which of
 its batches hold that partition's events."""
+LOCATIONS_DDL = "`partition` int, `path` string, `batches` array<int>"
+""":data:`LOCATIONS` as Spark's DDL (the output of a ``mapInArrow`` that writes the exchange)."""
 
 
 _OPTIONS = pa.ipc.IpcWriteOptions(compression="lz4")

@@ -70,9 +70,6 @@ from applier.intermediate.schema import TableDef
 INPUT_BYTES_PER_PARTITION = 32 * 1024 * 1024
 
 
-_LOCATIONS_DDL = "`partition` int, `path` string, `batches` array<int>"  # exchange.LOCATIONS, for mapInArrow
-
-
 def table_spreads(weights: Mapping[str, float], partitions: int) -> dict[str, int]:
     """Over how many shuffle partitions each busy table's identities are spread.
 
@@ -147,7 +144,7 @@ def net_changes(
             read = ["table", "op", "before", "after", "commit_lsn", "lsn"] + (
                 ["seq", "xid"] if checks is not None else []
             )
-            written = rows.select(*read).mapInArrow(functools.partial(_as_arrow, write), _LOCATIONS_DDL)
+            written = rows.select(*read).mapInArrow(functools.partial(_as_arrow, write), exchange.LOCATIONS_DDL)
             located = [row.asDict() for row in written.collect()]
         received = exchange.by_partition(located)
         if not received or refused_in(folder):

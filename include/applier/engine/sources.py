@@ -137,13 +137,17 @@ class ReadTasks:
         picklable values (where its output went).
         """
         numbers = self.spark.sparkContext.parallelize(range(len(self.tasks)), len(self.tasks))
-        read = functools.partial(_read_then, self.tasks, self.keep_all, self.measure_into, self.open_into, function)
-        return list(numbers.mapPartitions(read).collect())
+        return list(numbers.mapPartitions(self._reading(function)).collect())
 
     def rows(self) -> DataFrame:
         """The tasks' rows as a DataFrame (:data:`ROWS_DDL`), for a job other than the compile."""
-        read = functools.partial(_read_then, self.tasks, self.keep_all, self.measure_into, self.open_into, iter)
-        return self.numbers().mapInArrow(functools.partial(_numbered, read), ROWS_DDL)
+        return self.numbers().mapInArrow(functools.partial(_numbered, self._reading(iter)), ROWS_DDL)
+
+    def _reading(
+        self, function: Callable[[Iterator[pa.RecordBatch]], Iterable[T]]
+    ) -> Callable[[Iterable[int]], Iterable[T]]:
+        """``function`` over the rows of the numbered groups (the function a Spark task runs)."""
+        return functools.partial(_read_then, self.tasks, self.keep_all, self.measure_into, self.open_into, function)
 
 
 def _numbered(
