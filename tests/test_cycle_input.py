@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from applier.engine.reading import CycleInput, pairs_holding, read_cycle
+from applier.engine.cycle_input import CycleInput, pairs_holding
+from applier.engine.reading import read_cycle
 from applier.engine.sparkapply import narrowed
 from applier.intermediate.pairs import list_pairs
 from applier.intermediate.stream import StreamValidator

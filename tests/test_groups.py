@@ -272,8 +272,8 @@ def test_a_target_that_commits_a_part_at_once_applies_group_by_group() -> None:
 def test_a_cycles_shapes_follow_its_counts_and_buffered_rows() -> None:
     """txn_shapes against the queue arithmetic applied by hand: rows per table, the longest image, buffered shares."""
     from applier.engine.buffers import BufferedTxn
+    from applier.engine.cycle_input import CycleInput
     from applier.engine.parts import txn_shapes
-    from applier.engine.reading import CycleInput
     from applier.intermediate.schema import Column, TableDef
 
     tables = {

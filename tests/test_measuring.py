@@ -7,8 +7,9 @@ from pathlib import Path
 
 import pyarrow.parquet as pq
 
+from applier.engine.cycle_input import CycleInput
 from applier.engine.measuring import measure_rest, note_measured, record_lengths
-from applier.engine.reading import CycleInput, read_cycle
+from applier.engine.reading import read_cycle
 from applier.engine.sources import ReadTask, commits_of, task_rows
 from applier.generate import generate_workload
 from applier.intermediate.pairs import list_pairs

@@ -12,9 +12,10 @@ import pytest
 
 from applier.engine import open_rows
 from applier.engine.buffers import TransactionBuffers
+from applier.engine.cycle_input import CycleInput
 from applier.engine.open_rows import buffer_open_rows, plan
 from applier.engine.part_files import written_parts
-from applier.engine.reading import CycleInput, read_cycle
+from applier.engine.reading import read_cycle
 from applier.engine.sources import ReadTask, commits_of, task_rows
 from applier.generate import generate_workload
 from applier.intermediate.pairs import list_pairs

@@ -12,8 +12,8 @@ import pyarrow.parquet as pq
 import pytest
 
 from applier.engine.buffers import BufferedTxn
+from applier.engine.cycle_input import CycleInput
 from applier.engine.image_checks import Refused
-from applier.engine.reading import CycleInput
 from applier.engine.sources import (
     BATCH_ROWS,
     PART_BYTES,

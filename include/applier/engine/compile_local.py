@@ -28,9 +28,10 @@ import pyarrow.compute as pc
 
 from applier.engine.buffers import BufferedTxn
 from applier.engine.compiled import CompiledCycle
+from applier.engine.cycle_input import CycleInput
 from applier.engine.events import event_batch
 from applier.engine.identity import CHUNK_SCHEMA, chunk_batches
-from applier.engine.reading import CycleInput, open_rows, read_dat, spill_inputs
+from applier.engine.reading import open_rows, read_dat, spill_inputs
 from applier.engine.spill import read_spill
 from applier.intermediate.pairs import DAT_COLUMNS
 from applier.intermediate.schema import TableDef

@@ -26,8 +26,9 @@ import json
 from collections.abc import Mapping
 from pathlib import Path
 
+from applier.engine.cycle_input import CycleInput
 from applier.engine.part_files import part_path, temporary, written_parts
-from applier.engine.reading import CycleInput, longest_images_in
+from applier.engine.reading import longest_images_in
 from applier.engine.touches import merge_longest
 
 LENGTHS_PREFIX = "images-"

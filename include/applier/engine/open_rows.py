@@ -32,8 +32,9 @@ import pyarrow as pa
 import pyarrow.ipc as ipc
 
 from applier.engine.buffers import TransactionBuffers
+from applier.engine.cycle_input import CycleInput, pair_lookups
 from applier.engine.part_files import part_path, temporary, written_parts
-from applier.engine.reading import CycleInput, pair_lookups, read_dat_rows
+from applier.engine.reading import read_dat_rows
 from applier.engine.spill import read_spill
 
 PREFIX, SUFFIX = "open-", ".arrow"

@@ -24,9 +24,9 @@ from applier.config import Config
 from applier.engine.buffers import BufferedTxn
 from applier.engine.checkpoint import Intent
 from applier.engine.compile_local import PairCache
+from applier.engine.cycle_input import CycleInput
 from applier.engine.groups import GroupLimits, Shapes, estimate_cdb_bytes
 from applier.engine.measuring import measure_rest
-from applier.engine.reading import CycleInput
 from applier.engine.report import CycleReport
 from applier.engine.retry import RetryPolicy
 from applier.engine.sparkapply import (

@@ -33,19 +33,14 @@ from applier.engine.buffers import TransactionBuffers
 from applier.engine.checking import PairChecker
 from applier.engine.checkpoint import Checkpoint, CheckpointStore, Intent
 from applier.engine.compiled import CompiledCycle
+from applier.engine.cycle_input import CycleInput
 from applier.engine.driver_memory import return_freed_memory
 from applier.engine.ledger import Clock, LedgerCycle, RunJournal, RunLedger, utc_now
 from applier.engine.ledger_cycles import RECENT_CYCLES, CycleTally
 from applier.engine.open_rows import buffer_open_rows, plan
 from applier.engine.parts import PartContext, compiles_whole, cycle_parts
 from applier.engine.queue import MemoryQueue
-from applier.engine.reading import (
-    CycleInput,
-    check_in_driver,
-    read_cycle,
-    reread_window,
-    window_pairs,
-)
+from applier.engine.reading import check_in_driver, read_cycle, reread_window, window_pairs
 from applier.engine.report import CycleReport, append_report, peak_rss_mib
 from applier.engine.resume_checks import authoritative_checkpoint, pairs_of_intent, restored_target_error
 from applier.engine.session import prefetch, session_of

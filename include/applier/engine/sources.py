@@ -36,9 +36,10 @@ from pyspark.sql import DataFrame
 
 from applier.engine import open_rows
 from applier.engine.buffers import BufferedTxn
+from applier.engine.cycle_input import COMMITS, CycleInput
 from applier.engine.image_checks import Refused
 from applier.engine.measuring import record_lengths
-from applier.engine.reading import COMMITS, CycleInput, spill_inputs
+from applier.engine.reading import spill_inputs
 from applier.engine.spill import read_spill
 from applier.engine.touches import longest_images, merge_longest
 from applier.engine.worker_path import prepare_worker
@@ -180,11 +181,11 @@ def read_tasks(
     The tasks read the pairs holding rows of the cycle's commits, the spill
     files of the committed transactions ``taken`` and ``memory_file`` (their
     rows that were still in memory). With ``checks``, they also read the
-    pairs of :attr:`~applier.engine.reading.CycleInput.unchecked` and keep
+    pairs of :attr:`~applier.engine.cycle_input.CycleInput.unchecked` and keep
     every row of a pair, and the first part of each pair of
-    :attr:`~applier.engine.reading.CycleInput.digests` checks its digest;
+    :attr:`~applier.engine.cycle_input.CycleInput.digests` checks its digest;
     and the rows of the transactions still open after the cycle
-    (:attr:`~applier.engine.reading.CycleInput.open_after`) are written out by
+    (:attr:`~applier.engine.cycle_input.CycleInput.open_after`) are written out by
     the tasks reading their pairs.
     """
     commits = cycle.pair_commits

@@ -27,9 +27,10 @@ from applier.engine.compile_local import (
     part_rows,
 )
 from applier.engine.compiled import CompiledCycle
+from applier.engine.cycle_input import CycleInput
 from applier.engine.measuring import note_measured
 from applier.engine.netting import compile_partitions
-from applier.engine.reading import CycleInput, check_in_driver, spill_inputs
+from applier.engine.reading import check_in_driver, spill_inputs
 from applier.engine.report import CycleReport
 from applier.engine.retry import NO_RETRY, RetryPolicy
 from applier.engine.sources import read_tasks
