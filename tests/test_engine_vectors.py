@@ -69,7 +69,11 @@ def test_an_invalid_folder_applies_pair_1_and_refuses_pair_2(
     tmp_path: Path, spark: Any, name: str, target_settings: list[str]
 ) -> None:
     expected = json.loads((VECTORS / "invalid" / name / "expected.json").read_text())
-    config = make_config(tmp_path, _copy(name, "invalid", tmp_path), target_settings)
+    assert_pair_2_refused(make_config(tmp_path, _copy(name, "invalid", tmp_path), target_settings), spark, expected)
+
+
+def assert_pair_2_refused(config: Config, spark: Any, expected: dict[str, Any]) -> None:
+    """A run of an invalid vector applies pair 1, then refuses pair 2 naming it, for the vector's defect."""
     with pytest.raises(IntermediateFileError) as refused:
         run(config, spark)
     assert refused.value.exit_code == 3 and refused.value.code == expected["what"]

@@ -68,6 +68,10 @@ class ApplyConfig:
     tasks, not by the driver (:mod:`applier.targets.delta_tasks`); infinity
     (``off``): all by the driver; None: 4 MiB on a cluster, the driver with a
     local master (:func:`~applier.targets.delta_tasks.executor_threshold`).
+
+    ``executor_reads``: Spark's executors read the ``.dat`` files' stream
+    columns for the driver's checks (:mod:`applier.engine.dat_facts`); None:
+    when ``spark.master`` is not local.
     """
 
     process_intermediate_size_per_job: float = 0.0
@@ -77,6 +81,7 @@ class ApplyConfig:
     threads: int = 4
     queue_memory_mb: float | None = None
     executor_write_mb: float | None = None
+    executor_reads: bool | None = None
     transient_retries: int = 3
     transient_retry_delay_s: float = 5.0
     compile_retry_threshold: int = 100
@@ -232,6 +237,7 @@ _KEYS: dict[str, tuple[Callable[[str, Any], Any], Any]] = {
     "apply.intermediate_retention_hours": (cv.hours_or_forever, None),
     "apply.queue_memory_mb": (cv.megabytes_or_default, None),
     "apply.executor_write_mb": (cv.megabytes_off_or_auto("4 on a cluster, off with a local master"), None),
+    "apply.executor_reads": (cv.boolean_or_auto("when spark.master is not local"), None),
     "target.type": (cv.choice(TARGET_TYPES), dialects.DEFAULT_TYPE),
     "target.path": (cv.text, None),
     "target.url": (cv.text, None),
@@ -265,6 +271,7 @@ _OPTIONAL_KEYS = (
     "apply.intermediate_retention_hours",
     "apply.queue_memory_mb",
     "apply.executor_write_mb",
+    "apply.executor_reads",
     *SOURCE_OPTIONAL_KEYS,
     *ALERT_KEYS,
 )
@@ -396,6 +403,7 @@ def load_config(path: Path | str | None, overrides: Sequence[str] = ()) -> Confi
             threads=values["apply.threads"],
             queue_memory_mb=values["apply.queue_memory_mb"],
             executor_write_mb=values["apply.executor_write_mb"],
+            executor_reads=values["apply.executor_reads"],
             transient_retries=values["apply.transient_retries"],
             transient_retry_delay_s=values["apply.transient_retry_delay_s"],
             compile_retry_threshold=values["apply.compile_retry_threshold"],

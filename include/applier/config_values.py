@@ -27,6 +27,20 @@ def boolean(key: str, v: Any) -> bool:
     raise ConfigError(key, v, "use true or false")
 
 
+def boolean_or_auto(auto: str) -> Callable[[str, Any], bool | None]:
+    """true or false, or null for the default ``auto`` names."""
+
+    def check(key: str, v: Any) -> bool | None:
+        if v is None:
+            return None
+        try:
+            return boolean(key, v)
+        except ConfigError:
+            raise ConfigError(key, v, f"use true, false, or null for {auto}") from None
+
+    return check
+
+
 def seconds(meaning: str) -> Callable[[str, Any], float]:
     def check(key: str, v: Any) -> float:
         if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 <= v < 10**7:

@@ -169,9 +169,9 @@ def _add_pair(shapes: dict[str, TableShape], ref: PairRef) -> None:
             shapes[name].definition = definition
         else:
             shapes[name] = TableShape(definition)
-    if not pair.data.num_rows:
+    if not pair.facts.count:
         return
-    for entry in pc.value_counts(pair.data.column("table")).to_pylist():
+    for entry in pc.value_counts(pair.stream_rows().column("table")).to_pylist():
         shapes[entry["values"]].rows += entry["counts"]
     measured = [name for name in pair.tables if shapes[name].variable_columns]
     if not measured:

@@ -37,10 +37,16 @@ from applier.engine.touches import longest_images, merge_longest, truncate_rows
 from applier.errors import GapError, IntermediateFileError, LateImageRefusal
 from applier.intermediate.events import begin_times
 from applier.intermediate.pairs import DAT_COLUMNS, PairRef, list_pairs, pair_name
-from applier.intermediate.reader import Pair, digest_first, read_pair
+from applier.intermediate.reader import DatFacts, Pair, digest_first, read_pair
 from applier.intermediate.stream import StreamValidator, TableAdmission
 
 log = logging.getLogger("applier")
+
+DatReader = Callable[[list[PairRef]], Mapping[int, DatFacts | IntermediateFileError]]
+"""Reads pairs' ``.dat`` files for the driver: seq -> what each holds, or its refusal.
+
+(:func:`~applier.intermediate.reader.read_dat_facts`, on Spark's executors: :mod:`applier.engine.dat_facts`.)
+"""
 
 MEASURING_THREADS = 1
 """Threads that measure a cycle's row images while the driver reads its pairs (:func:`read_cycle`).
@@ -60,8 +66,8 @@ def _note_pair(into: CycleInput, pair: Pair) -> None:
     commits) are interned by the events' tally: one object whichever map names them.
     """
     into.pairs.append(pair.ref)
-    into.rows_read += pair.data.num_rows
-    if pair.data.num_rows:
+    into.rows_read += pair.facts.count
+    if pair.facts.count:
         counted = pair.touches.select(["xid", "table", "rows"])
         into.counts.append(counted)
         into.xids_by_seq[pair.seq] = pc.unique(counted["xid"]).cast(pa.string())  # a .dat may hold large strings
@@ -69,7 +75,7 @@ def _note_pair(into: CycleInput, pair: Pair) -> None:
         into.table_rows.update(dict(zip(by_table["table"].to_pylist(), by_table["rows_sum"].to_pylist(), strict=True)))
     else:
         into.xids_by_seq[pair.seq] = NO_XIDS
-    into.truncates.extend(truncate_rows(pair.data))
+    into.truncates.extend(truncate_rows(pair.facts.truncates))
     into.autocorrect.update(pair.autocorrect)
     events = pair.tally
     if events.committed:
@@ -121,6 +127,7 @@ def read_cycle(
     checker: PairChecker | None = None,
     defer_images: bool = False,
     measure: bool = True,
+    dat_reader: DatReader | None = None,
 ) -> CycleInput:
     """Read and check the planned pairs in order, stopping at the first refused one.
 
@@ -134,6 +141,10 @@ def read_cycle(
         measure: measure the images of pairs not read whole here, beside the
             reading; if not, they are listed in ``unmeasured`` for the compile
             job to measure (:mod:`~applier.engine.measuring`).
+        dat_reader: reads the pairs' ``.dat`` files for the driver, all at once
+            before the pairs are checked in order (Spark's executors,
+            :mod:`~applier.engine.dat_facts`): the driver then reads the
+            ``.trn`` files only. With ``defer_images`` only.
 
     Returns:
         The accepted pairs and their transactions; ``refused`` holds the error
@@ -141,6 +152,7 @@ def read_cycle(
     """
     result = CycleInput()
     check_rows = check_rows and not defer_images
+    read_elsewhere = dat_reader(refs) if dat_reader is not None and defer_images else {}
     checks = checker.submit(refs) if checker is not None and check_rows else {}
     measured: list[Future[dict[str, int]]] = []
     # Images not read with the pair are measured beside the reading, on a thread (Arrow's reads and kernels
@@ -150,21 +162,26 @@ def read_cycle(
             for ref in refs:
                 try:
                     checked = _checked_by_worker(checks.get(ref.seq))
-                    pair = read_pair(ref, check_rows=check_rows and not checked, check_digest=not defer_images)
+                    found = read_elsewhere.get(ref.seq)
+                    if isinstance(found, IntermediateFileError):
+                        raise found
+                    pair = read_pair(
+                        ref, check_rows=check_rows and not checked, check_digest=not defer_images, read_elsewhere=found
+                    )
                     _check_stream(validator, pair)
                 except IntermediateFileError as e:
                     result.refused = e
                     break
                 _note_pair(result, pair)
-                if "after" in pair.data.column_names:
+                if pair.data is not None and "after" in pair.data.column_names:
                     merge_longest(result.longest_image, longest_images(pair.data))
                 # A re-read (nothing checked, nothing deferred) needs no sizes; else they are measured beside
                 # the reading, or by the compile job.
                 elif (check_rows or defer_images) and measure:
                     measured.append(measuring.submit(longest_images_in, ref.dat_path))
-                elif (check_rows or defer_images) and pair.data.num_rows:
+                elif (check_rows or defer_images) and pair.facts.count:
                     result.unmeasured.add(pair.seq)  # the compile job measures them
-                if defer_images and pair.data.num_rows:
+                if defer_images and pair.facts.count:
                     result.unchecked[pair.seq] = dict(pair.tables)  # one object per definition already
                 if not pair.digest_checked:
                     result.digests[pair.seq] = pair.header.dat_sha256

@@ -34,6 +34,7 @@ from applier.engine.checking import PairChecker
 from applier.engine.checkpoint import Checkpoint, CheckpointStore, Intent
 from applier.engine.compiled import CompiledCycle
 from applier.engine.cycle_input import CycleInput
+from applier.engine.dat_facts import dat_reader, executors_read
 from applier.engine.driver_memory import return_freed_memory
 from applier.engine.ledger import Clock, LedgerCycle, RunJournal, RunLedger, utc_now
 from applier.engine.ledger_cycles import RECENT_CYCLES, CycleTally
@@ -137,6 +138,8 @@ class Applier:
         self.cycles = CycleTally()  # a run without a key: its last cycles, and their count
         self.store = CheckpointStore(config.work_dir)
         self.queue = MemoryQueue(config.queue_memory_bytes)
+        executors = executors_read(config.apply.executor_reads, config.spark.master)
+        self.dat_reader = dat_reader(lambda: session_of(self.spark)) if executors else None
         # The driver's footprint before it holds anything (Python, Spark's gateway, the libraries).
         self.start_rss_mib = peak_rss_mib()
         self.holder = functools.partial(
@@ -279,7 +282,10 @@ class Applier:
         started = time.perf_counter()
         driver_checks = refs[0].seq <= self._check_in_driver_through
         measure = not compiles_whole(self.config, self.target)  # else the compile job measures the images
-        cycle = read_cycle(refs, validator, checker=self.checker, defer_images=not driver_checks, measure=measure)
+        cycle = read_cycle(
+            refs, validator, checker=self.checker, defer_images=not driver_checks, measure=measure,
+            dat_reader=self.dat_reader,
+        )  # fmt: skip
         cycle.read_seconds = time.perf_counter() - started
         if not cycle.pairs:
             assert cycle.refused is not None

@@ -71,21 +71,24 @@ class Pair:
         events: its transaction events in lsn order.
         tables: the table definitions of its ``cdc.tables`` metadata.
         data: its rows (columns lsn, xid, table, op, and before and after when
-            the images were checked).
+            the images were checked); None when Spark's executors read them
+            for it, and ``given`` holds what they found.
         autocorrect: tables a nonatomic materialization is copying, with the lsn
             range of this pair their collisions are intended in (the extension
             ``cdc.autocorrect``, docs/materialization.md).
         digest_checked: whether its ``.dat``'s sha256 was checked (False: left
             to the caller, ``read_pair(check_digest=False)`` on a pair with rows).
+        given: what an executor found in its ``.dat`` (:func:`read_pair`'s ``read_elsewhere``).
     """
 
     ref: PairRef
     header: Header
     events: tuple[Event, ...]
     tables: dict[str, TableDef]
-    data: pa.Table
+    data: pa.Table | None
     autocorrect: dict[str, tuple[int, int]] = field(default_factory=dict)
     digest_checked: bool = True
+    given: DatFacts | None = None
 
     @property
     def seq(self) -> int:
@@ -97,9 +100,27 @@ class Pair:
         return tally(self.events)
 
     @cached_property
+    def facts(self) -> RowFacts:
+        """What the stream checks and the cycle's notes need of its rows: found here, or by an executor."""
+        if self.given is not None:
+            return self.given.rows
+        assert self.data is not None  # a pair is read here, or has what an executor found
+        return RowFacts.of(self.data)
+
+    @property
     def touches(self) -> pa.Table:
         """:func:`transaction_tables` of its rows, shared by the stream checks and the cycle's notes."""
-        return transaction_tables(self.data)
+        return self.facts.touches
+
+    def stream_rows(self) -> pa.Table:
+        """Its rows' columns lsn, xid, table and op: as read, or read now when an executor read them for it.
+
+        Only a pair with a defect in its transactions, which the stream checks
+        then walk row by row to name, needs them after it was read.
+        """
+        if self.data is not None:
+            return self.data
+        return pq.read_table(self.ref.dat_path, columns=list(_STREAM_COLUMNS))
 
     def lsn_range(self) -> tuple[int, int] | None:
         """Smallest and largest lsn of any row or event, None for an empty pair.
@@ -108,9 +129,63 @@ class Pair:
         so only the first and last of each are looked at.
         """
         lsns = [self.events[0].lsn, self.events[-1].lsn] if self.events else []
-        if self.data.num_rows:
-            lsns += [self.data["lsn"][0].as_py(), self.data["lsn"][-1].as_py()]
+        if self.facts.bounds is not None:
+            lsns += list(self.facts.bounds)
         return (min(lsns), max(lsns)) if lsns else None
+
+
+@dataclass(frozen=True)
+class RowFacts:
+    """What the stream checks and a cycle's notes need of a pair's rows: a few rows per transaction, not every row.
+
+    Attributes:
+        count: its rows.
+        bounds: the lsns of its first and last row (None: no row).
+        touches: :func:`transaction_tables` of its rows.
+        truncates: its ``T`` rows (columns lsn, xid, table, op).
+    """
+
+    count: int
+    bounds: tuple[int, int] | None
+    touches: pa.Table
+    truncates: pa.Table
+
+    @staticmethod
+    def of(rows: pa.Table) -> RowFacts:
+        """The facts of ``rows`` (a ``.dat``'s columns lsn, xid, table, op at least, in lsn order)."""
+        bounds = (rows["lsn"][0].as_py(), rows["lsn"][-1].as_py()) if rows.num_rows else None
+        stream = rows.select(list(_STREAM_COLUMNS))
+        truncates = stream.filter(pc.equal(stream["op"], "T")) if rows.num_rows else stream
+        return RowFacts(rows.num_rows, bounds, transaction_tables(rows), truncates)
+
+
+@dataclass(frozen=True)
+class DatFacts:
+    """What the driver needs of a pair's ``.dat`` when a Spark executor reads it (:func:`read_dat_facts`).
+
+    Attributes:
+        tables: its table definitions (``cdc.tables``).
+        autocorrect: its ``cdc.autocorrect`` ranges.
+        rows: what its rows say (:class:`RowFacts`).
+    """
+
+    tables: dict[str, TableDef]
+    autocorrect: dict[str, tuple[int, int]]
+    rows: RowFacts
+
+
+def read_dat_facts(ref: PairRef) -> DatFacts | IntermediateFileError:
+    """Read and check a pair as :func:`read_pair` does, images and digest aside: what its ``.dat`` holds, or why not.
+
+    An executor's part of :func:`read_pair` with ``read_elsewhere`` (whose
+    driver reads the ``.trn`` again for its events): a refusal is the one
+    :func:`read_pair` would raise, ``.trn`` or ``.dat``.
+    """
+    try:
+        pair = read_pair(ref, check_rows=False, check_digest=False)
+    except IntermediateFileError as e:
+        return e
+    return DatFacts(pair.tables, pair.autocorrect, pair.facts)
 
 
 def transaction_tables(rows: pa.Table) -> pa.Table:
@@ -330,7 +405,9 @@ def _check_lsn_range(ref: PairRef, header: Header, pair: Pair) -> None:
         raise _corrupt(ref, ref.trn_path, "header-lsn-mismatch", f"header lsn range {declared} but pair holds {actual}")
 
 
-def read_pair(ref: PairRef, *, check_rows: bool = True, check_digest: bool = True) -> Pair:
+def read_pair(
+    ref: PairRef, *, check_rows: bool = True, check_digest: bool = True, read_elsewhere: DatFacts | None = None
+) -> Pair:
     """Read one complete pair and refuse it if anything in it breaks the spec.
 
     Args:
@@ -345,6 +422,11 @@ def read_pair(ref: PairRef, *, check_rows: bool = True, check_digest: bool = Tru
             checked first all the same, so it is refused in the words it
             would have been with the digest checked first.
 
+        read_elsewhere: what a Spark executor found reading the ``.dat`` as
+            this function does, images and digest aside (:func:`read_dat_facts`,
+            which also gives the refusal instead, when there is one): only the
+            ``.trn`` is read here, and the pair has no ``data``.
+
     Returns:
         The pair's header, events, table definitions and rows; without
         ``check_rows``, the rows lack the ``before`` and ``after`` images
@@ -354,6 +436,9 @@ def read_pair(ref: PairRef, *, check_rows: bool = True, check_digest: bool = Tru
         IntermediateFileError: a subclass naming the file and the defect.
     """
     header, events = read_trn(ref)
+    if read_elsewhere is not None:  # read and checked by an executor (read_dat_facts), the digest of rows left
+        return Pair(ref, header, events, read_elsewhere.tables, None, read_elsewhere.autocorrect,
+                    digest_checked=header.dat_rows == 0, given=read_elsewhere)  # fmt: skip
     deferred = not check_digest and header.dat_rows > 0
     if deferred:
         _check_dat_size(ref, header)

@@ -52,10 +52,10 @@ def scan_directory(directory: Path | str, progress: Callable[[int, int], None] |
         validator.check(pair)
         summary.pairs += 1
         summary.bytes += ref.size
-        summary.rows += pair.data.num_rows
+        summary.rows += pair.facts.count
         summary.committed += sum(1 for e in pair.events if e.record == "commit")
         summary.rolled_back += sum(1 for e in pair.events if e.record == "rollback")
-        summary.rows_by_table.update(pair.data["table"].to_pylist())
+        summary.rows_by_table.update(pair.stream_rows()["table"].to_pylist())
         summary.last_seq = ref.seq
         if progress:
             progress(done, len(listing.pairs))

@@ -127,9 +127,9 @@ def _row_spans(pair: Pair) -> dict[str, tuple[int, int | None]]:
     Computed on the columns (pyarrow), so the driver's work follows the
     pair's transactions, not its rows.
     """
-    data = pair.data
-    if not data.num_rows:
+    if not pair.facts.count:
         return {}
+    data = pair.stream_rows()
     firsts = data.group_by("xid", use_threads=False).aggregate([("lsn", "min")])
     spans: dict[str, tuple[int, int | None]] = {
         x: (lsn, None) for x, lsn in zip(firsts["xid"].to_pylist(), firsts["lsn_min"].to_pylist(), strict=True)
@@ -308,7 +308,7 @@ class StreamValidator:
             return None
         if not trusted and not (ends.keys() - begun.keys()) <= state.open_xids.keys():  # an end without a begin
             return None
-        if pair.data.num_rows and not self._rows_within(pair, begun, ends, trusted):
+        if pair.facts.count and not self._rows_within(pair, begun, ends, trusted):
             return None
         still_open = {x: seq for x, seq in state.open_xids.items() if x not in ends}
         still_open.update(dict.fromkeys(events.still_open, pair.seq))

@@ -1,0 +1,66 @@
+"""A cycle's ``.dat`` files read for the driver by Spark's executors, on a cluster.
+
+Before a cycle is planned, the driver checks its pairs in order: their
+transaction events (the ``.trn`` files) and, for each ``.dat``, its columns
+lsn, xid, table and op (nulls, lsn order, operations, described tables, the
+header's counts) and every row against its transaction, judged on a few rows
+per transaction and table (:func:`~applier.intermediate.reader.transaction_tables`).
+Reading and grouping those columns is the part of the driver's work that
+grows with rows rather than transactions: on a cluster it is a fifth of the
+driver's CPU per cycle, on one machine whatever the executors.
+
+So on a cluster a job of one task per pair reads them
+(:func:`~applier.intermediate.reader.read_dat_facts`: exactly the reading and
+checks of :func:`~applier.intermediate.reader.read_pair`, images and digest
+aside) and sends back per pair its table definitions and what its rows say
+per transaction (:class:`~applier.intermediate.reader.RowFacts`), or the
+refusal :func:`~applier.intermediate.reader.read_pair` would raise. The driver
+then reads the ``.trn`` files and checks the pairs in order as before: a
+refused pair stops the cycle at its turn, in the same words. Only a pair with
+a defect in its transactions has its rows read again by the driver, to name
+the defect. With a local master the executors are the driver's machine, and a
+job would only add its cost: the driver reads them (``apply.executor_reads``).
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from typing import Any
+
+from applier.engine.reading import DatReader
+from applier.engine.worker_path import prepare_worker
+from applier.errors import IntermediateFileError
+from applier.intermediate.pairs import PairRef
+from applier.intermediate.reader import DatFacts, read_dat_facts
+
+
+def executors_read(setting: bool | None, master: str) -> bool:
+    """Whether Spark's executors read a cycle's ``.dat`` files for the driver: ``setting``, or (None) on a cluster."""
+    return setting if setting is not None else not master.startswith("local")
+
+
+def dat_reader(session: Callable[[], Any]) -> DatReader:
+    """A :data:`~applier.engine.reading.DatReader` running a job on the Spark application ``session()`` gives.
+
+    The application is asked for only when pairs are read: a run's first
+    cycle waits there for Spark to start.
+    """
+
+    def read(refs: list[PairRef]) -> dict[int, DatFacts | IntermediateFileError]:
+        if not refs:
+            return {}
+        tasks = session().sparkContext.parallelize(range(len(refs)), len(refs))
+        return dict(tasks.mapPartitions(functools.partial(_read_pairs, list(refs))).collect())
+
+    return read
+
+
+def _read_pairs(
+    refs: Sequence[PairRef], numbers: Iterable[int]
+) -> Iterator[tuple[int, DatFacts | IntermediateFileError]]:
+    """A task's pairs read (the function each Spark task runs)."""
+    prepare_worker()
+    for number in numbers:
+        ref = refs[number]
+        yield ref.seq, read_dat_facts(ref)
