@@ -94,7 +94,7 @@ def run_applier(
     check_folders(config, writing=True)
     # Spark starts at the first apply: every check before it (the locks, the state files, the target, the
     # first cycle's pairs) answers in about a second, and a run with nothing to do starts no JVM.
-    session = LazySession(lambda: spark if spark is not None else start_spark(config, set_master=set_master))
+    session = LazySession(lambda: start_spark(config, set_master=set_master), spark)
     # One run at a time: the folder's lock, then the target's, both before anything changes or Spark starts.
     with RunLock(config.work_dir, config.configuration_name, run_key=run_key):
         started, cycles = clock(), 0

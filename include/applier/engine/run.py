@@ -44,7 +44,7 @@ from applier.engine.queue import MemoryQueue
 from applier.engine.reading import check_in_driver, read_cycle, reread_window, window_pairs
 from applier.engine.report import CycleReport, append_report, peak_rss_mib
 from applier.engine.resume_checks import authoritative_checkpoint, pairs_of_intent, restored_target_error
-from applier.engine.session import prefetch, session_of
+from applier.engine.session import is_ready, prefetch, session_of
 from applier.engine.spill import COMMITTED_PART, OPEN_PART, SPILL_SUFFIX
 from applier.errors import LateImageRefusal
 from applier.intermediate.pairs import list_pairs
@@ -282,9 +282,11 @@ class Applier:
         started = time.perf_counter()
         driver_checks = refs[0].seq <= self._check_in_driver_through
         measure = not compiles_whole(self.config, self.target)  # else the compile job measures the images
+        # A cycle read while Spark starts (a run's first) is read here: a job would wait for Spark.
+        executors = self.dat_reader if is_ready(self.spark) else None
         cycle = read_cycle(
             refs, validator, checker=self.checker, defer_images=not driver_checks, measure=measure,
-            dat_reader=self.dat_reader,
+            dat_reader=executors,
         )  # fmt: skip
         cycle.read_seconds = time.perf_counter() - started
         if not cycle.pairs:

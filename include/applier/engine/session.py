@@ -146,11 +146,12 @@ class LazySession:
 
     Args:
         start: starts (or joins) the session; called at most once.
+        session: a session already there (a caller's own): nothing to start.
     """
 
-    def __init__(self, start: Callable[[], Any]) -> None:
+    def __init__(self, start: Callable[[], Any], session: Any = None) -> None:
         self._start = start
-        self._session: Any = None
+        self._session: Any = session
         self._starting: threading.Thread | None = None
         self._failed: BaseException | None = None
 
@@ -158,6 +159,11 @@ class LazySession:
     def started(self) -> bool:
         """Whether the session has been started, or is starting."""
         return self._session is not None or self._starting is not None
+
+    @property
+    def ready(self) -> bool:
+        """Whether the session is there to use, without waiting (started, and done starting)."""
+        return self._session is not None
 
     def prefetch(self) -> None:
         """Start the session in the background, if it is not started yet."""
@@ -196,6 +202,11 @@ def prefetch(spark: Any) -> None:
     """Have a :class:`LazySession` start in the background (a session already there: nothing to do)."""
     if isinstance(spark, LazySession):
         spark.prefetch()
+
+
+def is_ready(spark: Any) -> bool:
+    """Whether ``spark`` can run a job now: a session, or a :class:`LazySession` done starting."""
+    return spark.ready if isinstance(spark, LazySession) else spark is not None
 
 
 def session_of(spark: Any) -> Any:
