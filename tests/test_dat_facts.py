@@ -17,12 +17,13 @@ import pytest
 
 from applier.config import load_config
 from applier.engine.cycle_input import CycleInput
-from applier.engine.dat_facts import dat_reader, executors_read
+from applier.engine.dat_facts import dat_reader, executors_read, read_dat_facts
 from applier.engine.reading import read_cycle
 from applier.errors import ConfigError, IntermediateFileError
 from applier.intermediate import reader
 from applier.intermediate.pairs import PairRef, list_pairs
-from applier.intermediate.reader import DatFacts, read_dat_facts, read_pair
+from applier.intermediate.reader import read_pair
+from applier.intermediate.row_facts import DatFacts, RowFacts
 from applier.intermediate.stream import StreamValidator
 from conftest import spec_dir
 from engine_support import make_config, run
@@ -93,8 +94,6 @@ def test_row_facts_count_rows_per_transaction_and_keep_the_truncates() -> None:
             "op": ["I", "T", "U", "D"],
         }
     )
-    from applier.intermediate.reader import RowFacts
-
     facts = RowFacts.of(rows)
     assert facts.count == 4 and facts.bounds == (1, 4)
     assert facts.truncates.to_pylist() == [{"lsn": 2, "xid": "a", "table": "s.u", "op": "T"}]

@@ -4,16 +4,17 @@ Before a cycle is planned, the driver checks its pairs in order: their
 transaction events (the ``.trn`` files) and, for each ``.dat``, its columns
 lsn, xid, table and op (nulls, lsn order, operations, described tables, the
 header's counts) and every row against its transaction, judged on a few rows
-per transaction and table (:func:`~applier.intermediate.reader.transaction_tables`).
+per transaction and table (:func:`~applier.intermediate.row_facts.transaction_tables`).
 Reading and grouping those columns is the part of the driver's work that
 grows with rows rather than transactions: on a cluster it is a fifth of the
 driver's CPU per cycle, on one machine whatever the executors.
 
-So on a cluster a job of one task per pair reads them
-(:func:`~applier.intermediate.reader.read_dat_facts`: exactly the reading and
+So on a cluster, in every cycle after a run's first (which the driver reads
+while Spark starts: a job would wait for it), a job of one task per pair reads them
+(:func:`read_dat_facts`: exactly the reading and
 checks of :func:`~applier.intermediate.reader.read_pair`, images and digest
 aside) and sends back per pair its table definitions and what its rows say
-per transaction (:class:`~applier.intermediate.reader.RowFacts`), or the
+per transaction (:class:`~applier.intermediate.row_facts.RowFacts`), or the
 refusal :func:`~applier.intermediate.reader.read_pair` would raise. The driver
 then reads the ``.trn`` files and checks the pairs in order as before: a
 refused pair stops the cycle at its turn, in the same words. Only a pair with
@@ -32,7 +33,8 @@ from applier.engine.reading import DatReader
 from applier.engine.worker_path import prepare_worker
 from applier.errors import IntermediateFileError
 from applier.intermediate.pairs import PairRef
-from applier.intermediate.reader import DatFacts, read_dat_facts
+from applier.intermediate.reader import read_pair
+from applier.intermediate.row_facts import DatFacts
 
 
 def executors_read(setting: bool | None, master: str) -> bool:
@@ -64,3 +66,17 @@ def _read_pairs(
     for number in numbers:
         ref = refs[number]
         yield ref.seq, read_dat_facts(ref)
+
+
+def read_dat_facts(ref: PairRef) -> DatFacts | IntermediateFileError:
+    """What a pair's ``.dat`` holds, read and checked as :func:`read_pair` does (images and digest aside), or why not.
+
+    An executor's part of :func:`read_pair` with ``read_elsewhere``, whose
+    driver reads the ``.trn`` again for its events: a refusal is the one
+    :func:`read_pair` would raise, ``.trn`` or ``.dat``.
+    """
+    try:
+        pair = read_pair(ref, check_rows=False, check_digest=False)
+    except IntermediateFileError as e:
+        return e
+    return DatFacts(pair.tables, pair.autocorrect, pair.facts)

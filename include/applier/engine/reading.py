@@ -37,7 +37,8 @@ from applier.engine.touches import longest_images, merge_longest, truncate_rows
 from applier.errors import GapError, IntermediateFileError, LateImageRefusal
 from applier.intermediate.events import begin_times
 from applier.intermediate.pairs import DAT_COLUMNS, PairRef, list_pairs, pair_name
-from applier.intermediate.reader import DatFacts, Pair, digest_first, read_pair
+from applier.intermediate.reader import Pair, digest_first, read_pair
+from applier.intermediate.row_facts import DatFacts
 from applier.intermediate.stream import StreamValidator, TableAdmission
 
 log = logging.getLogger("applier")
@@ -45,7 +46,7 @@ log = logging.getLogger("applier")
 DatReader = Callable[[list[PairRef]], Mapping[int, DatFacts | IntermediateFileError]]
 """Reads pairs' ``.dat`` files for the driver: seq -> what each holds, or its refusal.
 
-(:func:`~applier.intermediate.reader.read_dat_facts`, on Spark's executors: :mod:`applier.engine.dat_facts`.)
+(:func:`applier.engine.dat_facts.read_dat_facts`, on Spark's executors.)
 """
 
 MEASURING_THREADS = 1

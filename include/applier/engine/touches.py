@@ -13,7 +13,7 @@ from collections.abc import Iterable, Mapping
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from applier.intermediate.reader import transaction_tables
+from applier.intermediate.row_facts import transaction_tables
 
 Truncate = tuple[str, int]
 """A ``T`` row of a transaction: ``(table, lsn)``."""

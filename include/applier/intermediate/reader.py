@@ -33,11 +33,10 @@ from applier.intermediate.pairs import (
     TABLES_METADATA_KEY,
     PairRef,
 )
+from applier.intermediate.row_facts import STREAM_COLUMNS, DatFacts, RowFacts
 from applier.intermediate.schema import SchemaError, TableDef, check_table_name, tables_metadata_of
 
 _SHA256 = re.compile(r"[0-9a-f]{64}")
-# The columns the stream checks read; the images are read to be checked.
-_STREAM_COLUMNS = ("lsn", "xid", "table", "op")
 _ARROW_TYPES = {
     "lsn": (pa.int64(),),
     "xid": (pa.string(), pa.large_string()),
@@ -120,7 +119,7 @@ class Pair:
         """
         if self.data is not None:
             return self.data
-        return pq.read_table(self.ref.dat_path, columns=list(_STREAM_COLUMNS))
+        return pq.read_table(self.ref.dat_path, columns=list(STREAM_COLUMNS))
 
     def lsn_range(self) -> tuple[int, int] | None:
         """Smallest and largest lsn of any row or event, None for an empty pair.
@@ -132,74 +131,6 @@ class Pair:
         if self.facts.bounds is not None:
             lsns += list(self.facts.bounds)
         return (min(lsns), max(lsns)) if lsns else None
-
-
-@dataclass(frozen=True)
-class RowFacts:
-    """What the stream checks and a cycle's notes need of a pair's rows: a few rows per transaction, not every row.
-
-    Attributes:
-        count: its rows.
-        bounds: the lsns of its first and last row (None: no row).
-        touches: :func:`transaction_tables` of its rows.
-        truncates: its ``T`` rows (columns lsn, xid, table, op).
-    """
-
-    count: int
-    bounds: tuple[int, int] | None
-    touches: pa.Table
-    truncates: pa.Table
-
-    @staticmethod
-    def of(rows: pa.Table) -> RowFacts:
-        """The facts of ``rows`` (a ``.dat``'s columns lsn, xid, table, op at least, in lsn order)."""
-        bounds = (rows["lsn"][0].as_py(), rows["lsn"][-1].as_py()) if rows.num_rows else None
-        stream = rows.select(list(_STREAM_COLUMNS))
-        truncates = stream.filter(pc.equal(stream["op"], "T")) if rows.num_rows else stream
-        return RowFacts(rows.num_rows, bounds, transaction_tables(rows), truncates)
-
-
-@dataclass(frozen=True)
-class DatFacts:
-    """What the driver needs of a pair's ``.dat`` when a Spark executor reads it (:func:`read_dat_facts`).
-
-    Attributes:
-        tables: its table definitions (``cdc.tables``).
-        autocorrect: its ``cdc.autocorrect`` ranges.
-        rows: what its rows say (:class:`RowFacts`).
-    """
-
-    tables: dict[str, TableDef]
-    autocorrect: dict[str, tuple[int, int]]
-    rows: RowFacts
-
-
-def read_dat_facts(ref: PairRef) -> DatFacts | IntermediateFileError:
-    """Read and check a pair as :func:`read_pair` does, images and digest aside: what its ``.dat`` holds, or why not.
-
-    An executor's part of :func:`read_pair` with ``read_elsewhere`` (whose
-    driver reads the ``.trn`` again for its events): a refusal is the one
-    :func:`read_pair` would raise, ``.trn`` or ``.dat``.
-    """
-    try:
-        pair = read_pair(ref, check_rows=False, check_digest=False)
-    except IntermediateFileError as e:
-        return e
-    return DatFacts(pair.tables, pair.autocorrect, pair.facts)
-
-
-def transaction_tables(rows: pa.Table) -> pa.Table:
-    """Rows of ``.dat`` per transaction and table: columns ``xid``, ``table``, ``rows``, ``first_lsn``, ``last_lsn``.
-
-    One group-by: the stream checks judge a transaction's rows by its first
-    and last per table, and a pair has tens of thousands of groups against
-    hundreds of thousands of rows.
-    """
-    grouped = rows.select(["xid", "table", "lsn"]).group_by(["xid", "table"], use_threads=False)
-    counted = grouped.aggregate([([], "count_all"), ("lsn", "min"), ("lsn", "max")])
-    return counted.select(["xid", "table", "count_all", "lsn_min", "lsn_max"]).rename_columns(
-        ["xid", "table", "rows", "first_lsn", "last_lsn"]
-    )
 
 
 def _corrupt(ref: PairRef, path: Path, code: str, detail: str) -> CorruptPairError:
@@ -341,7 +272,7 @@ def _read_dat(
 ) -> tuple[pa.Table, dict[str, TableDef], dict[str, tuple[int, int]]]:
     try:
         schema = pq.read_schema(ref.dat_path)
-        wanted = None if images else [n for n in _STREAM_COLUMNS if n in schema.names]
+        wanted = None if images else [n for n in STREAM_COLUMNS if n in schema.names]
         table = pq.read_table(ref.dat_path, columns=wanted)
     except (pa.ArrowException, OSError) as e:
         raise _corrupt(ref, ref.dat_path, "dat-not-parquet", f"not a readable Parquet file: {e}") from e
@@ -421,11 +352,11 @@ def read_pair(
             the file); a pair refused for anything else has its digest
             checked first all the same, so it is refused in the words it
             would have been with the digest checked first.
-
         read_elsewhere: what a Spark executor found reading the ``.dat`` as
-            this function does, images and digest aside (:func:`read_dat_facts`,
-            which also gives the refusal instead, when there is one): only the
-            ``.trn`` is read here, and the pair has no ``data``.
+            this function does, images and digest aside
+            (:func:`applier.engine.dat_facts.read_dat_facts`, which gives the
+            refusal instead, when there is one): only the ``.trn`` is read
+            here, and the pair has no ``data``.
 
     Returns:
         The pair's header, events, table definitions and rows; without
