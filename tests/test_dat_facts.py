@@ -138,10 +138,10 @@ def _copy(kind: str, name: str, tmp_path: Path) -> Path:
 @pytest.mark.spark
 @pytest.mark.parametrize(("kind", "name"), FOLDERS)
 def test_a_run_whose_executors_read_the_dat_files_applies_and_refuses_as_the_vectors_say(
-    tmp_path: Path, spark: Any, kind: str, name: str, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, spark: Any, kind: str, name: str, monkeypatch: pytest.MonkeyPatch, target_settings: list[str]
 ) -> None:
     expected = json.loads((VECTORS / kind / name / "expected.json").read_text())
-    config = make_config(tmp_path, _copy(kind, name, tmp_path), executor_reads="true")
+    config = make_config(tmp_path, _copy(kind, name, tmp_path), target_settings, executor_reads="true")
     read_here: list[bool] = []  # the driver's reads of a .dat, images or not (Spark's workers are other processes)
     real = reader._read_dat
     monkeypatch.setattr(reader, "_read_dat", lambda ref, header, *, images: [
