@@ -172,7 +172,13 @@ def test_the_process_tree_cpu_includes_a_descendant_its_parent_never_waited_for(
     # The parent starts a child that spends 0.6 s of CPU and exits at once, as PySpark leaves its JVM behind.
     child = "import time\nwhile time.process_time() < 0.6: pass"
     parent = f"import subprocess, sys\nsubprocess.Popen([sys.executable, '-c', {child!r}])"
+    before = _children_of_this_process()  # a JVM of an earlier test's Spark session, say
     run = run_tree([sys.executable, "-c", textwrap.dedent(parent)], tmp_path / "log", "orphan")
     assert run["code"] == 0
     assert run["cpu_s"] >= 0.6
-    assert not subprocess.run(["pgrep", "-P", str(os.getpid())], capture_output=True, check=False).stdout
+    assert _children_of_this_process() <= before, "the orphan was left here, not reaped"
+
+
+def _children_of_this_process() -> set[str]:
+    found = subprocess.run(["pgrep", "-P", str(os.getpid())], capture_output=True, check=False, text=True)
+    return set(found.stdout.split())
