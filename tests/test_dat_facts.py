@@ -17,8 +17,9 @@ import pytest
 
 from applier.config import load_config
 from applier.engine.cycle_input import CycleInput
-from applier.engine.dat_facts import dat_reader, executors_read, read_dat_facts
+from applier.engine.dat_facts import dat_reader, executors_read, read_dat_facts, reads_on_executors
 from applier.engine.reading import read_cycle
+from applier.engine.session import LazySession
 from applier.errors import ConfigError, IntermediateFileError
 from applier.intermediate import reader
 from applier.intermediate.pairs import PairRef, list_pairs
@@ -108,6 +109,9 @@ def test_row_facts_count_rows_per_transaction_and_keep_the_truncates() -> None:
 def test_executors_read_on_a_cluster_unless_told(tmp_path: Path) -> None:
     assert not executors_read(None, "local[*]") and executors_read(None, "spark://host:7077")
     assert executors_read(True, "local[2]") and not executors_read(False, "yarn")
+    # A cycle read while Spark starts is read by the driver, whatever the setting: a job would wait for Spark.
+    starting = LazySession(lambda: pytest.fail("not started here"))
+    assert not reads_on_executors(True, starting) and not reads_on_executors(None, starting)
     config = make_config(tmp_path, tmp_path / "in", executor_reads="true")
     assert config.apply.executor_reads is True
     assert make_config(tmp_path, tmp_path / "in").apply.executor_reads is None

@@ -267,10 +267,14 @@ def test_apply_job_on_a_standalone_cluster_reaches_the_local_mode_target(
     assert cluster_point.row_counts == local_point.row_counts
     reports = [json.loads(line) for line in (on_cluster.work_dir / "cycles.jsonl").read_text().splitlines()]
     assert any(r["spill_created"] for r in reports), "a tiny buffer spills: executors read spill files"
+    # The first cycle's .dat files are read by the driver while Spark starts, the later ones' by the executors,
+    # as the application's master (spark-submit's --master) says; in local mode, by the driver.
+    assert [r["dat_read_by_executors"] for r in reports] == [False] + [True] * (len(reports) - 1)
     # Every cycle's Delta tables were committed by the cluster's executors; in local mode, by default, by the driver.
     assert {step for r in reports for steps in r["table_seconds"].values() for step in steps} == {"apply_on_executor"}
     local_reports = [json.loads(line) for line in (local.work_dir / "cycles.jsonl").read_text().splitlines()]
     assert {step for r in local_reports for steps in r["table_seconds"].values() for step in steps} == {"apply"}
+    assert not any(r["dat_read_by_executors"] for r in local_reports)
 
     assert canonical_target(on_cluster, intermediate) == canonical_target(local, intermediate)
     assert_target_equals_reference(on_cluster, intermediate)

@@ -71,7 +71,7 @@ class ApplyConfig:
 
     ``executor_reads``: Spark's executors read the ``.dat`` files' stream
     columns for the driver's checks (:mod:`applier.engine.dat_facts`); None:
-    when ``spark.master`` is not local.
+    when the running application's master is not local.
     """
 
     process_intermediate_size_per_job: float = 0.0
@@ -237,7 +237,7 @@ _KEYS: dict[str, tuple[Callable[[str, Any], Any], Any]] = {
     "apply.intermediate_retention_hours": (cv.hours_or_forever, None),
     "apply.queue_memory_mb": (cv.megabytes_or_default, None),
     "apply.executor_write_mb": (cv.megabytes_off_or_auto("4 on a cluster, off with a local master"), None),
-    "apply.executor_reads": (cv.boolean_or_auto("when spark.master is not local"), None),
+    "apply.executor_reads": (cv.boolean_or_auto("on a cluster, as the application's master says"), None),
     "target.type": (cv.choice(TARGET_TYPES), dialects.DEFAULT_TYPE),
     "target.path": (cv.text, None),
     "target.url": (cv.text, None),

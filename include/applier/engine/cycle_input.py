@@ -62,6 +62,8 @@ class CycleInput:
             pair's table definitions (shared by :func:`~applier.engine.sparkapply.narrowed` parts).
         digests: of those, seq -> the ``dat_sha256`` their ``.dat`` must have, checked with the images.
         read_seconds: how long reading and checking the pairs took.
+        dat_read_by_executors: Spark's executors read the pairs' ``.dat`` files
+            for the checks (:mod:`~applier.engine.dat_facts`).
         open_after: the pairs holding rows of the transactions still open after
             these, for the buffers (:mod:`~applier.engine.open_rows`; set by the run).
     """
@@ -83,6 +85,7 @@ class CycleInput:
     unchecked: dict[int, dict[str, TableDef]] = field(default_factory=dict)
     digests: dict[int, str] = field(default_factory=dict)
     read_seconds: float = 0.0
+    dat_read_by_executors: bool = False
     open_after: OpenRows | None = None
 
     @property

@@ -20,7 +20,9 @@ then reads the ``.trn`` files and checks the pairs in order as before: a
 refused pair stops the cycle at its turn, in the same words. Only a pair with
 a defect in its transactions has its rows read again by the driver, to name
 the defect. With a local master the executors are the driver's machine, and a
-job would only add its cost: the driver reads them (``apply.executor_reads``).
+job would only add its cost: the driver reads them (``apply.executor_reads``;
+by default the running application's master decides, spark-submit's
+``--master`` included).
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any
 
 from applier.engine.reading import DatReader
+from applier.engine.session import is_ready, session_of
 from applier.engine.worker_path import prepare_worker
 from applier.errors import IntermediateFileError
 from applier.intermediate.pairs import PairRef
@@ -40,6 +43,18 @@ from applier.intermediate.row_facts import DatFacts
 def executors_read(setting: bool | None, master: str) -> bool:
     """Whether Spark's executors read a cycle's ``.dat`` files for the driver: ``setting``, or (None) on a cluster."""
     return setting if setting is not None else not master.startswith("local")
+
+
+def reads_on_executors(setting: bool | None, spark: Any) -> bool:
+    """Whether the executors of ``spark`` (a session, or a starting one) read the ``.dat`` files of a cycle now.
+
+    A cycle read while Spark starts (a run's first) is read by the driver: a
+    job would wait for Spark. Once it is up, its own master decides (under
+    spark-submit, ``--master``, which the configuration does not see).
+    """
+    if setting is False or not is_ready(spark):
+        return False
+    return executors_read(setting, session_of(spark).sparkContext.master)
 
 
 def dat_reader(session: Callable[[], Any]) -> DatReader:

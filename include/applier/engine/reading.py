@@ -154,6 +154,7 @@ def read_cycle(
     result = CycleInput()
     check_rows = check_rows and not defer_images
     read_elsewhere = dat_reader(refs) if dat_reader is not None and defer_images else {}
+    result.dat_read_by_executors = bool(read_elsewhere)
     checks = checker.submit(refs) if checker is not None and check_rows else {}
     measured: list[Future[dict[str, int]]] = []
     # Images not read with the pair are measured beside the reading, on a thread (Arrow's reads and kernels

@@ -28,7 +28,9 @@ class CycleReport:
     ``changes_total``: the rows read by every cycle of the file so far, this one
     too. ``started_at`` and ``ended_at``: when the cycle began reading its pairs
     and when it was done, in UTC (ISO 8601), so an operator or a tool can line a
-    cycle up with what else ran on the machine then.
+    cycle up with what else ran on the machine then. ``dat_read_by_executors``:
+    Spark's executors read its ``.dat`` files for the driver's checks
+    (:mod:`~applier.engine.dat_facts`).
     """
 
     cycle_id: int
@@ -52,6 +54,7 @@ class CycleReport:
     driver_start_rss_mib: float = 0.0
     queue: dict[str, Any] = field(default_factory=dict)
     compiled_file_bytes: int = 0
+    dat_read_by_executors: bool = False
     groups: list[dict[str, Any]] = field(default_factory=list)
     exceptions: list[dict[str, Any]] = field(default_factory=list)
     collisions: dict[str, dict[str, int]] = field(default_factory=dict)

@@ -34,7 +34,7 @@ from applier.engine.checking import PairChecker
 from applier.engine.checkpoint import Checkpoint, CheckpointStore, Intent
 from applier.engine.compiled import CompiledCycle
 from applier.engine.cycle_input import CycleInput
-from applier.engine.dat_facts import dat_reader, executors_read
+from applier.engine.dat_facts import dat_reader, reads_on_executors
 from applier.engine.driver_memory import return_freed_memory
 from applier.engine.ledger import Clock, LedgerCycle, RunJournal, RunLedger, utc_now
 from applier.engine.ledger_cycles import RECENT_CYCLES, CycleTally
@@ -44,7 +44,7 @@ from applier.engine.queue import MemoryQueue
 from applier.engine.reading import check_in_driver, read_cycle, reread_window, window_pairs
 from applier.engine.report import CycleReport, append_report, peak_rss_mib
 from applier.engine.resume_checks import authoritative_checkpoint, pairs_of_intent, restored_target_error
-from applier.engine.session import is_ready, prefetch, session_of
+from applier.engine.session import prefetch, session_of
 from applier.engine.spill import COMMITTED_PART, OPEN_PART, SPILL_SUFFIX
 from applier.errors import LateImageRefusal
 from applier.intermediate.pairs import list_pairs
@@ -138,8 +138,7 @@ class Applier:
         self.cycles = CycleTally()  # a run without a key: its last cycles, and their count
         self.store = CheckpointStore(config.work_dir)
         self.queue = MemoryQueue(config.queue_memory_bytes)
-        executors = executors_read(config.apply.executor_reads, config.spark.master)
-        self.dat_reader = dat_reader(lambda: session_of(self.spark)) if executors else None
+        self.dat_reader = dat_reader(lambda: session_of(self.spark))
         # The driver's footprint before it holds anything (Python, Spark's gateway, the libraries).
         self.start_rss_mib = peak_rss_mib()
         self.holder = functools.partial(
@@ -282,8 +281,7 @@ class Applier:
         started = time.perf_counter()
         driver_checks = refs[0].seq <= self._check_in_driver_through
         measure = not compiles_whole(self.config, self.target)  # else the compile job measures the images
-        # A cycle read while Spark starts (a run's first) is read here: a job would wait for Spark.
-        executors = self.dat_reader if is_ready(self.spark) else None
+        executors = self.dat_reader if reads_on_executors(self.config.apply.executor_reads, self.spark) else None
         cycle = read_cycle(
             refs, validator, checker=self.checker, defer_images=not driver_checks, measure=measure,
             dat_reader=executors,
@@ -301,6 +299,7 @@ class Applier:
         report = CycleReport(cycle_id=cycle_id, seqs=[p.seq for p in cycle.pairs], bytes=cycle.bytes)
         report.driver_start_rss_mib = self.start_rss_mib
         report.seconds["read"] = round(cycle.read_seconds, 3)
+        report.dat_read_by_executors = cycle.dat_read_by_executors
         report.started_at = (self.clock() - dt.timedelta(seconds=cycle.read_seconds)).isoformat()
         report.rows_read, report.committed, report.rolled_back = (
             cycle.rows_read,
