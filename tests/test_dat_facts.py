@@ -16,6 +16,7 @@ import pyarrow as pa
 import pytest
 
 from applier.config import load_config
+from applier.engine import reading
 from applier.engine.cycle_input import CycleInput
 from applier.engine.dat_facts import dat_reader, executors_read, read_dat_facts, reads_on_executors
 from applier.engine.reading import read_cycle
@@ -34,14 +35,14 @@ VECTORS = spec_dir() / "vectors"
 FOLDERS = [(kind, p.name) for kind in ("valid", "invalid") for p in sorted((VECTORS / kind).iterdir()) if p.is_dir()]
 
 
-def _here(refs: list[PairRef]) -> dict[int, DatFacts | IntermediateFileError]:
+def _here(refs: list[PairRef], measure: bool = False) -> dict[int, DatFacts | IntermediateFileError]:
     """The executors' part, run in this process (the Spark job is tested below)."""
-    return {ref.seq: read_dat_facts(ref) for ref in refs}
+    return {ref.seq: read_dat_facts(ref, measure) for ref in refs}
 
 
-def _cycle(folder: Path, reader: Any) -> CycleInput:
+def _cycle(folder: Path, reader: Any, measure: bool = False) -> CycleInput:
     refs = list(list_pairs(folder).pairs)
-    return read_cycle(refs, StreamValidator(), defer_images=True, measure=False, dat_reader=reader)
+    return read_cycle(refs, StreamValidator(), defer_images=True, measure=measure, dat_reader=reader)
 
 
 def _learnt(cycle: CycleInput) -> dict[str, Any]:
@@ -59,15 +60,18 @@ def _learnt(cycle: CycleInput) -> dict[str, Any]:
         "unchecked": sorted(cycle.unchecked),
         "digests": cycle.digests,
         "autocorrect": cycle.autocorrect,
+        "longest_image": cycle.longest_image,
         "refused": None if refused is None else (type(refused), refused.code, refused.seq, str(refused)),
     }
 
 
+@pytest.mark.parametrize("measure", [False, True], ids=["images-measured-later", "images-measured-now"])
 @pytest.mark.parametrize(("kind", "name"), FOLDERS)
-def test_a_cycle_learns_and_refuses_the_same_whoever_reads_its_dat_files(kind: str, name: str) -> None:
+def test_a_cycle_learns_and_refuses_the_same_whoever_reads_its_dat_files(kind: str, name: str, measure: bool) -> None:
     folder = VECTORS / kind / name
-    driver, elsewhere = _learnt(_cycle(folder, None)), _learnt(_cycle(folder, _here))
+    driver, elsewhere = _learnt(_cycle(folder, None, measure)), _learnt(_cycle(folder, _here, measure))
     assert elsewhere == driver
+    assert bool(driver["longest_image"]) == (measure and driver["rows_read"] > 0)
     if kind == "invalid":  # a defect of the .dat or the transactions stops the cycle at pair 2; an image's, later
         expected = json.loads((folder / "expected.json").read_text())
         assert driver["pairs"] == [1] or (driver["pairs"] == [1, 2] and driver["refused"] is None), expected
@@ -123,14 +127,15 @@ def test_executors_read_on_a_cluster_unless_told(tmp_path: Path) -> None:
 def test_the_spark_job_gives_what_each_pair_holds_and_its_refusal(spark: Any) -> None:
     folder = VECTORS / "invalid" / FOLDERS[-1][1]
     refs = list(list_pairs(folder).pairs)
-    got = dat_reader(lambda: spark)(refs)
-    want = _here(refs)
+    got = dat_reader(lambda: spark)(refs, True)
+    want = _here(refs, True)
     assert sorted(got) == sorted(want)
     for seq, found in want.items():
         if isinstance(found, IntermediateFileError):
             assert (type(got[seq]), str(got[seq])) == (type(found), str(found))
         else:
             assert isinstance(got[seq], DatFacts) and got[seq].rows == found.rows and got[seq].tables == found.tables
+            assert got[seq].longest_image == found.longest_image
 
 
 def _copy(kind: str, name: str, tmp_path: Path) -> Path:
@@ -150,9 +155,13 @@ def test_a_run_whose_executors_read_the_dat_files_applies_and_refuses_as_the_vec
     real = reader._read_dat
     monkeypatch.setattr(reader, "_read_dat", lambda ref, header, *, images: [
         read_here.append(images), real(ref, header, images=images)][1])  # fmt: skip
+    measured_here: list[Path] = []  # the driver's measuring of images (PostgreSQL's groups need their sizes)
+    real_measure = reading.longest_images_in
+    monkeypatch.setattr(reading, "longest_images_in", lambda path: [measured_here.append(path), real_measure(path)][1])
     if kind == "valid":
         assert run(config, spark).checkpoint.applied_seq == expected["applied_through_seq"]
         assert_tables_as_expected(config, expected)
     else:
         assert_pair_2_refused(config, spark, expected)
     assert False not in read_here, "the driver read a .dat's stream columns itself"
+    assert not measured_here, "the driver measured a .dat's images itself"

@@ -31,7 +31,7 @@ import functools
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any
 
-from applier.engine.reading import DatReader
+from applier.engine.reading import DatReader, longest_images_in
 from applier.engine.session import is_ready, session_of
 from applier.engine.worker_path import prepare_worker
 from applier.errors import IntermediateFileError
@@ -64,34 +64,37 @@ def dat_reader(session: Callable[[], Any]) -> DatReader:
     cycle waits there for Spark to start.
     """
 
-    def read(refs: list[PairRef]) -> dict[int, DatFacts | IntermediateFileError]:
+    def read(refs: list[PairRef], measure: bool) -> dict[int, DatFacts | IntermediateFileError]:
         if not refs:
             return {}
         tasks = session().sparkContext.parallelize(range(len(refs)), len(refs))
-        return dict(tasks.mapPartitions(functools.partial(_read_pairs, list(refs))).collect())
+        return dict(tasks.mapPartitions(functools.partial(_read_pairs, list(refs), measure)).collect())
 
     return read
 
 
 def _read_pairs(
-    refs: Sequence[PairRef], numbers: Iterable[int]
+    refs: Sequence[PairRef], measure: bool, numbers: Iterable[int]
 ) -> Iterator[tuple[int, DatFacts | IntermediateFileError]]:
     """A task's pairs read (the function each Spark task runs)."""
     prepare_worker()
     for number in numbers:
         ref = refs[number]
-        yield ref.seq, read_dat_facts(ref)
+        yield ref.seq, read_dat_facts(ref, measure)
 
 
-def read_dat_facts(ref: PairRef) -> DatFacts | IntermediateFileError:
+def read_dat_facts(ref: PairRef, measure: bool = False) -> DatFacts | IntermediateFileError:
     """What a pair's ``.dat`` holds, read and checked as :func:`read_pair` does (images and digest aside), or why not.
 
     An executor's part of :func:`read_pair` with ``read_elsewhere``, whose
     driver reads the ``.trn`` again for its events: a refusal is the one
-    :func:`read_pair` would raise, ``.trn`` or ``.dat``.
+    :func:`read_pair` would raise, ``.trn`` or ``.dat``. With ``measure``, its
+    images are measured too (:func:`~applier.engine.reading.longest_images_in`,
+    which the driver would otherwise run on them, reading them whole).
     """
     try:
         pair = read_pair(ref, check_rows=False, check_digest=False)
     except IntermediateFileError as e:
         return e
-    return DatFacts(pair.tables, pair.autocorrect, pair.facts)
+    longest = longest_images_in(ref.dat_path) if measure and pair.facts.count else None
+    return DatFacts(pair.tables, pair.autocorrect, pair.facts, longest)

@@ -43,8 +43,8 @@ from applier.intermediate.stream import StreamValidator, TableAdmission
 
 log = logging.getLogger("applier")
 
-DatReader = Callable[[list[PairRef]], Mapping[int, DatFacts | IntermediateFileError]]
-"""Reads pairs' ``.dat`` files for the driver: seq -> what each holds, or its refusal.
+DatReader = Callable[[list[PairRef], bool], Mapping[int, DatFacts | IntermediateFileError]]
+"""Reads pairs' ``.dat`` files for the driver, measuring their images if asked: seq -> what each holds, or its refusal.
 
 (:func:`applier.engine.dat_facts.read_dat_facts`, on Spark's executors.)
 """
@@ -145,7 +145,8 @@ def read_cycle(
         dat_reader: reads the pairs' ``.dat`` files for the driver, all at once
             before the pairs are checked in order (Spark's executors,
             :mod:`~applier.engine.dat_facts`): the driver then reads the
-            ``.trn`` files only. With ``defer_images`` only.
+            ``.trn`` files only, and the images are measured there
+            (``measure``). With ``defer_images`` only.
 
     Returns:
         The accepted pairs and their transactions; ``refused`` holds the error
@@ -153,7 +154,7 @@ def read_cycle(
     """
     result = CycleInput()
     check_rows = check_rows and not defer_images
-    read_elsewhere = dat_reader(refs) if dat_reader is not None and defer_images else {}
+    read_elsewhere = dat_reader(refs, measure) if dat_reader is not None and defer_images else {}
     result.dat_read_by_executors = bool(read_elsewhere)
     checks = checker.submit(refs) if checker is not None and check_rows else {}
     measured: list[Future[dict[str, int]]] = []
@@ -177,6 +178,8 @@ def read_cycle(
                 _note_pair(result, pair)
                 if pair.data is not None and "after" in pair.data.column_names:
                     merge_longest(result.longest_image, longest_images(pair.data))
+                elif found is not None and found.longest_image is not None:  # measured where it was read
+                    merge_longest(result.longest_image, found.longest_image)
                 # A re-read (nothing checked, nothing deferred) needs no sizes; else they are measured beside
                 # the reading, or by the compile job.
                 elif (check_rows or defer_images) and measure:

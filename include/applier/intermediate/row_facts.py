@@ -70,8 +70,11 @@ class DatFacts:
         tables: its table definitions (``cdc.tables``).
         autocorrect: its ``cdc.autocorrect`` ranges.
         rows: what its rows say (:class:`RowFacts`).
+        longest_image: per table, its longest image in bytes, when asked for
+            (the groups' size estimates: ``applier.engine.touches.longest_images``).
     """
 
     tables: dict[str, TableDef]
     autocorrect: dict[str, tuple[int, int]]
     rows: RowFacts
+    longest_image: dict[str, int] | None = None
