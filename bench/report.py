@@ -165,11 +165,12 @@ def _memory_goal_rows(r: dict[str, Any]) -> Rows:
     rows: Rows = []
     if "wide" in r:
         wide, one = r["wide"]["one"], r["narrow"]["one"]
-        per_change = wide["wall_s"] / wide["rows_read"] / (one["wall_s"] / one["rows_read"])
-        got = f"{wide['wall_s']:.1f} / {one['wall_s']:.1f} = **{wide['wall_s'] / one['wall_s']:.2f}x** (per change "
+        narrow, runs = f.fastest_narrow(r)
+        per_change = wide["wall_s"] / wide["rows_read"] / (narrow["wall_s"] / narrow["rows_read"])
+        got = f"{wide['wall_s']:.1f} / {narrow['wall_s']:.1f} = **{wide['wall_s'] / narrow['wall_s']:.2f}x** (per "
         rows.append([f"the wide workload within {f.GOAL_WIDE_RATIO:g}x of the narrow one's time", got])
-        rows[-1][-1] += f"{per_change:.2f}x)"
-        rows[-1].append(met(wide["wall_s"] <= f.GOAL_WIDE_RATIO * one["wall_s"]))
+        rows[-1][-1] += f"change {per_change:.2f}x" + (f"; the fastest of {runs} narrow runs)" if runs > 1 else ")")
+        rows[-1].append(met(wide["wall_s"] <= f.GOAL_WIDE_RATIO * narrow["wall_s"]))
         for label, run in (("wide", wide), ("narrow", one)):
             over, how = f.overhead_mib(r, run)
             budget = run["queue"]["budget_bytes"] / MIB
