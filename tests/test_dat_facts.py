@@ -112,6 +112,7 @@ def test_row_facts_count_rows_per_transaction_and_keep_the_truncates() -> None:
 
 def test_executors_read_on_a_cluster_unless_told(tmp_path: Path) -> None:
     assert not executors_read(None, "local[*]") and executors_read(None, "spark://host:7077")
+    assert not executors_read(None, "local") and executors_read(None, "local-cluster[2,1,1024]")  # own executors
     assert executors_read(True, "local[2]") and not executors_read(False, "yarn")
     # A cycle read while Spark starts is read by the driver, whatever the setting: a job would wait for Spark.
     starting = LazySession(lambda: pytest.fail("not started here"))

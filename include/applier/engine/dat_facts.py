@@ -32,7 +32,7 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any
 
 from applier.engine.reading import DatReader, longest_images_in
-from applier.engine.session import is_ready, session_of
+from applier.engine.session import is_ready, local_master, session_of, task_per_number
 from applier.engine.worker_path import prepare_worker
 from applier.errors import IntermediateFileError
 from applier.intermediate.pairs import PairRef
@@ -42,7 +42,7 @@ from applier.intermediate.row_facts import DatFacts
 
 def executors_read(setting: bool | None, master: str) -> bool:
     """Whether Spark's executors read a cycle's ``.dat`` files for the driver: ``setting``, or (None) on a cluster."""
-    return setting if setting is not None else not master.startswith("local")
+    return setting if setting is not None else not local_master(master)
 
 
 def reads_on_executors(setting: bool | None, spark: Any) -> bool:
@@ -67,8 +67,9 @@ def dat_reader(session: Callable[[], Any]) -> DatReader:
     def read(refs: list[PairRef], measure: bool) -> dict[int, DatFacts | IntermediateFileError]:
         if not refs:
             return {}
-        tasks = session().sparkContext.parallelize(range(len(refs)), len(refs))
-        return dict(tasks.mapPartitions(functools.partial(_read_pairs, list(refs), measure)).collect())
+        return dict(
+            task_per_number(session().sparkContext, len(refs), functools.partial(_read_pairs, list(refs), measure))
+        )
 
     return read
 

@@ -61,6 +61,7 @@ from applier.engine import exchange
 from applier.engine.events import event_batches
 from applier.engine.image_checks import Checks, refused_in
 from applier.engine.reduce import net_batches
+from applier.engine.session import task_per_number
 from applier.engine.sources import ReadTasks
 from applier.intermediate.schema import TableDef
 
@@ -150,8 +151,7 @@ def net_changes(
         if not received or refused_in(folder):
             return []
         net = functools.partial(net_batches, definitions, frozenset(truncates), folder)
-        tasks = spark.sparkContext.parallelize(range(len(received)), len(received))
-        return list(tasks.mapPartitions(functools.partial(_netted, received, net)).collect())
+        return task_per_number(spark.sparkContext, len(received), functools.partial(_netted, received, net))
     finally:
         exchange.remove(shared)
 

@@ -40,6 +40,7 @@ from applier.engine.cycle_input import COMMITS, CycleInput
 from applier.engine.image_checks import Refused
 from applier.engine.measuring import record_lengths
 from applier.engine.reading import spill_inputs
+from applier.engine.session import task_per_number
 from applier.engine.spill import read_spill
 from applier.engine.touches import longest_images, merge_longest
 from applier.engine.worker_path import prepare_worker
@@ -131,14 +132,11 @@ class ReadTasks:
     def collect(self, function: Callable[[Iterator[pa.RecordBatch]], Iterable[T]]) -> list[T]:
         """What ``function`` yields over each group's rows (:func:`task_rows`), a Spark task per group, collected.
 
-        An RDD job over the groups' numbers: the rows never cross into the JVM,
-        and the job needs no SQL planning (a run whose jobs are all of this
-        kind never starts Spark SQL's machinery: its first job took 0.6 s
-        here against 1.2 s for a ``mapInArrow``). ``function`` yields small
-        picklable values (where its output went).
+        An RDD job over the groups' numbers (:func:`~applier.engine.session.task_per_number`):
+        a run whose jobs are all of this kind never starts Spark SQL's
+        machinery. ``function`` yields small picklable values (where its output went).
         """
-        numbers = self.spark.sparkContext.parallelize(range(len(self.tasks)), len(self.tasks))
-        return list(numbers.mapPartitions(self._reading(function)).collect())
+        return task_per_number(self.spark.sparkContext, len(self.tasks), self._reading(function))
 
     def rows(self) -> DataFrame:
         """The tasks' rows as a DataFrame (:data:`ROWS_DDL`), for a job other than the compile."""

@@ -37,6 +37,7 @@ import pyarrow as pa
 
 from applier.engine.changes import TableChanges
 from applier.engine.compiled import CompiledCycle, to_table_changes
+from applier.engine.session import local_master
 from applier.engine.spill import read_spill
 from applier.engine.worker_path import prepare_worker
 from applier.errors import TargetError
@@ -102,8 +103,7 @@ def executor_threshold(setting_mb: float | None, spark: Any) -> int | None:
         log.warning("spark.speculation is on: every Delta table is committed by the driver")
         return None
     if setting_mb is None:
-        master = str(spark.sparkContext.master)
-        setting_mb = None if master == "local" or master.startswith("local[") else CLUSTER_WRITE_MB
+        setting_mb = None if local_master(str(spark.sparkContext.master)) else CLUSTER_WRITE_MB
     return None if setting_mb is None else int(setting_mb * 2**20)
 
 
