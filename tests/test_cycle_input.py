@@ -4,7 +4,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from applier.engine.cycle_input import CycleInput, pairs_holding
+import numpy as np
+import pyarrow as pa
+
+from applier.engine.cycle_input import CycleInput, commit_lsns_in, commit_positions, pairs_holding
 from applier.engine.reading import read_cycle
 from applier.engine.sparkapply import narrowed
 from applier.intermediate.pairs import list_pairs
@@ -73,3 +76,26 @@ def test_a_part_naming_every_commit_is_the_cycle_itself(tmp_path: Path) -> None:
     assert whole is cycle
     part, _ = narrowed(cycle, {}, ["c", "a"])
     assert part is not cycle and set(part.commits) == {"a", "c"}
+
+
+def test_each_pair_knows_the_commits_of_its_rows(tmp_path: Path) -> None:
+    """pair_commits: per pair, the committed xids with rows in it and their commit lsns, by xid."""
+    found = {seq: table.to_pylist() for seq, table in _cycle(tmp_path).pair_commits.items()}
+    assert found == {
+        1: [{"xid": "a", "commit_lsn": 14}, {"xid": "b", "commit_lsn": 22}],  # b commits in the next pair
+        2: [{"xid": "b", "commit_lsn": 22}],  # d is open, e rolled back
+        3: [{"xid": "c", "commit_lsn": 33}],
+    }
+
+
+def test_xids_are_looked_up_in_the_commits_and_the_commit_order() -> None:
+    commits = {"q": 40, "p": 10, "r": 25}
+    xids = pa.array(["r", "zz", "p", "q", "p", ""])
+    assert commit_lsns_in(commits, xids).to_pylist() == [25, None, 10, 40, 10, None]
+    order_lsns = np.array([10, 25, 40])  # p, r, q
+    assert commit_positions(commits, order_lsns, xids).to_pylist() == [1, None, 0, 2, 0, None]
+    # A commit that the order does not hold (a part's order, say) has no position, before, between or after.
+    assert commit_positions(commits, np.array([25]), xids).to_pylist() == [0, None, None, None, None, None]
+    assert commit_positions({"a": 99}, np.array([10, 50]), pa.array(["a"])).to_pylist() == [None]
+    assert commit_positions(commits, np.array([], np.int64), xids).null_count == len(xids)
+    assert len(commit_lsns_in(commits, pa.array([], pa.string()))) == 0

@@ -63,8 +63,8 @@ def _note_pair(into: CycleInput, pair: Pair) -> None:
 
     The counts and the xids with rows stay in Arrow (:attr:`CycleInput.counts`,
     :attr:`CycleInput.xids_by_seq`); the work per transaction is at C speed
-    where it can be, and the xids the cycle keeps as Python strings (its
-    commits) are interned by the events' tally: one object whichever map names them.
+    where it can be; the xids the cycle keeps as Python strings (its commits)
+    are the ``.trn`` events' own: one object whichever map names them.
     """
     into.pairs.append(pair.ref)
     into.rows_read += pair.facts.count
