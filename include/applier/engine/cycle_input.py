@@ -190,8 +190,8 @@ def commit_lsns_in(commits: Mapping[str, int], xids: pa.Array) -> pa.Array:
 
     Looked up in the cycle's own map, one pair's xids at a time: one Arrow
     lookup of every pair's xids hashed the cycle's commits again, 29 MiB for
-    a moment at 392,000 transactions and the driver's peak, for about the
-    same time (0.13 s against 0.15 s for 420,000 xids).
+    a moment at 392,000 transactions and the driver's peak. The map is about
+    as fast: 0.15 s for 420,000 xids, where Arrow took 0.13 s.
     """
     found = _commit_lsns(commits, xids.to_pylist())
     return pa.array(found, pa.int64(), mask=found == _NOT_COMMITTED)
