@@ -55,6 +55,7 @@ if TYPE_CHECKING:
 
 GOAL_DRIVER_SHARE = 0.10  # issue 16: the driver at most 10% of a cycle's CPU seconds
 GOAL_MEMORY_RATIO = 1.25  # issue 16: the driver's peak independent of the cycle's size (a fifth for noise)
+PG_CYCLES = 4  # the PostgreSQL run: the narrow workload in cycles of about a quarter of it
 STARTUP_S = 120.0
 TICK = os.sysconf("SC_CLK_TCK")
 
@@ -207,8 +208,9 @@ def standalone_cluster(folder: Path, workers: int) -> Iterator[tuple[str, list[i
                     proc.wait(timeout=30)
 
 
-def _run(b: Bench, name: str, key: str, master: str, workers: list[int], limit_mib: float = 0.0) -> dict[str, Any]:
-    settings = [s for s in b.delta(name, key, limit_mib) if not s.startswith("spark.master=")]
+def _run(b: Bench, name: str, settings: list[str], master: str, workers: list[int]) -> dict[str, Any]:
+    """``applier run`` of ``settings`` (the bench's, for a local master) on the cluster ``master``: CPU and memory."""
+    settings = [s for s in settings if not s.startswith("spark.master=")]
     settings += [f"spark.master={master}", "spark.conf.spark.executor.memory=1500m"]
     config = write_config(b.workdir / name / "config.yaml", settings)
     executors, driver = TreeCpu(workers, with_roots=False), TreeCpu([], with_roots=True)
@@ -276,11 +278,20 @@ def step_scaleout(b: Bench) -> None:
     for key in keys:
         b.workload(key)
     limit_mib = round(b.r["workloads"]["narrow"]["bytes"] / MIB + 0.01, 2)  # cycles of the narrow one's size
+    pg_limit_mib = round(limit_mib / PG_CYCLES, 2)
     with standalone_cluster(b.workdir / "cluster", b.args.scaleout_workers) as (master, workers):
-        runs = {key: _run(b, f"scaleout_{key.replace('-', '_')}", key, master, workers) for key in keys}
-        runs["narrow-x-cycles"] = _run(b, "scaleout_narrow_x_cycles", "narrow-x", master, workers, limit_mib)
+        runs = {}
+        for key in keys:
+            name = f"scaleout_{key.replace('-', '_')}"
+            runs[key] = _run(b, name, b.delta(name, key), master, workers)
+        name = "scaleout_narrow_x_cycles"
+        runs["narrow-x-cycles"] = _run(b, name, b.delta(name, "narrow-x", limit_mib), master, workers)
+        name = "scaleout_narrow_pg_cycles"
+        url = b.dbs.create(name)
+        runs["narrow-pg-cycles"] = _run(b, name, b.postgres(name, url, pg_limit_mib), master, workers)
+        b.dbs.drop(url)
     b.r["scaleout"] = {"workers": b.args.scaleout_workers, "factor": b.args.scaleout_factor, "runs": runs,
-                       "limit_mib": limit_mib}  # fmt: skip
+                       "limit_mib": limit_mib, "pg_limit_mib": pg_limit_mib}  # fmt: skip
 
 
 # ---------------------------------------------------------------------------
@@ -340,8 +351,11 @@ def section(r: dict[str, Any], add: Add) -> None:
         "The driver's CPU is the `applier run` process tree (Python and the driver JVM, JVM start included), the ",
         "executors' every process under the worker daemons (sampled every 0.2 s), so the share counts the whole run. ",
         f"`narrow-x-cycles` applies the {s['factor']}x workload in cycles of at most {s.get('limit_mib', 0):.2f} MiB ",
-        "of pairs in one application. Intermediate files, spill files and the Delta target are on the one machine's ",
-        "disk, which the driver and executors share.",
+        "of pairs in one application. `narrow-pg-cycles` applies the narrow workload into a PostgreSQL database in ",
+        f"cycles of at most {s.get('pg_limit_mib', 0):.2f} MiB: the executors compile, and the driver loads the net ",
+        "changes (COPY over its connections), so its share there is the target's load as well as its own work. ",
+        "Intermediate files, spill files and the Delta target are on the one machine's disk, which the driver and ",
+        "executors share.",
     )
     if cycles:
         para(

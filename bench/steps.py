@@ -130,7 +130,7 @@ class Bench:
         r.update(date=dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M UTC"), driver_memory=a.driver_memory)
         started = time.perf_counter()
         progress(f"steps {', '.join(steps)}; load average {r['load_before']}; work folder {self.workdir}")
-        if any(s.startswith("pg-") or s in GROUPS["source"] for s in steps):
+        if any(s.startswith("pg-") or s in GROUPS["source"] or s == "scaleout" for s in steps):
             r["server"], r["threads"] = self.dbs.facts(), a.threads  # refuses an unreachable server first
         r["machine"] = machine_facts()
         prepare_workdir(self.workdir)
