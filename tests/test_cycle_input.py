@@ -7,7 +7,7 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 
-from applier.engine.cycle_input import CycleInput, commit_lsns_in, commit_positions, pairs_holding
+from applier.engine.cycle_input import CycleInput, commit_lsns_in, commit_positions, group_numbers, pairs_holding
 from applier.engine.reading import read_cycle
 from applier.engine.sparkapply import narrowed
 from applier.intermediate.pairs import list_pairs
@@ -99,3 +99,12 @@ def test_xids_are_looked_up_in_the_commits_and_the_commit_order() -> None:
     assert commit_positions({"a": 99}, np.array([10, 50]), pa.array(["a"])).to_pylist() == [None]
     assert commit_positions(commits, np.array([], np.int64), xids).null_count == len(xids)
     assert len(commit_lsns_in(commits, pa.array([], pa.string()))) == 0
+
+
+def test_groups_of_xids_are_found_by_commit_lsn_and_members_without_a_commit_by_name() -> None:
+    commits = {"p": 10, "r": 25, "q": 40}
+    xids = pa.array(["q", "open", "p", "r", "zz"])
+    assert group_numbers(commits, [["p", "r", "q"]])(xids).to_pylist() == [0, None, 0, 0, None]  # every commit
+    assert group_numbers(commits, [["p", "r"], ["q"]])(xids).to_pylist() == [1, None, 0, 0, None]  # runs in order
+    assert group_numbers(commits, [["q"], ["open", "p"]])(xids).to_pylist() == [0, 1, 1, None, None]  # out of order
+    assert group_numbers(commits, [["open"]])(xids).to_pylist() == [None, 0, None, None, None]  # no commit at all
