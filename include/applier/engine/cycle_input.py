@@ -204,11 +204,16 @@ def commit_positions(commits: Mapping[str, int], commit_lsns: np.ndarray, xids: 
     event whose lsn is not above the one before), in the cycle's map
     (:func:`commit_lsns_in`): no second map from every xid is made.
     """
-    wanted = _commit_lsns(commits, xids.to_pylist())
-    at = np.searchsorted(commit_lsns, wanted)
-    hit = (wanted != _NOT_COMMITTED) & (at < len(commit_lsns))
-    hit[hit] = commit_lsns[at[hit]] == wanted[hit]
+    at, hit = _found_at(commit_lsns, _commit_lsns(commits, xids.to_pylist()))
     return pa.array(at, pa.int64(), mask=~hit)
+
+
+def _found_at(sorted_lsns: np.ndarray, wanted: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Where each of ``wanted`` (commit lsns, or :data:`_NOT_COMMITTED`) sits in ``sorted_lsns``, and if it is there."""
+    at = np.searchsorted(sorted_lsns, wanted)
+    hit = (wanted != _NOT_COMMITTED) & (at < len(sorted_lsns))
+    hit[hit] = sorted_lsns[at[hit]] == wanted[hit]
+    return at, hit
 
 
 def group_numbers(commits: Mapping[str, int], groups: Sequence[Collection[str]]) -> Callable[[pa.Array], pa.Array]:
@@ -239,10 +244,7 @@ def group_numbers(commits: Mapping[str, int], groups: Sequence[Collection[str]])
 
     def look_up(xids: pa.Array) -> pa.Array:
         names = xids.to_pylist()
-        wanted = _commit_lsns(commits, names)
-        at = np.searchsorted(member_lsns, wanted)
-        hit = (wanted != _NOT_COMMITTED) & (at < len(member_lsns))
-        hit[hit] = member_lsns[at[hit]] == wanted[hit]
+        at, hit = _found_at(member_lsns, _commit_lsns(commits, names))
         found = member_groups[np.where(hit, at, -1)]
         if others:
             found[~hit] = [others.get(xid, -1) for xid in compress(names, ~hit)]
