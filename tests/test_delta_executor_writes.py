@@ -19,14 +19,8 @@ from applier.errors import TargetError
 from applier.generate import generate_workload
 from applier.intermediate.schema import Column, TableDef
 from applier.targets.delta import DeltaTarget
-from applier.targets.delta_tasks import (
-    CycleCommit,
-    TableWrite,
-    apply_beside_executors,
-    executor_threshold,
-    executor_writes,
-    task_tables,
-)
+from applier.targets.delta_tasks import CycleCommit, apply_beside_executors
+from applier.targets.executor_tasks import TableWrite, executor_threshold, executor_writes, task_tables
 from engine_support import assert_target_equals_reference, make_config, run
 
 pytestmark = pytest.mark.spark
@@ -151,11 +145,11 @@ def test_a_cycle_goes_to_the_executors_from_its_size_on_and_its_tables_are_share
 
 def test_the_default_with_a_local_master_is_the_driver_and_a_size_or_off_holds_wherever(spark: Any) -> None:
     assert spark.sparkContext.master.startswith("local[")
-    assert executor_threshold(None, spark) is None
-    assert executor_threshold(2.5, spark) == int(2.5 * 2**20)
-    assert executor_threshold(0.0, spark) == 0
-    assert executor_threshold(float("inf"), spark) is None
-    assert executor_threshold(0.0, None) is None  # no session, no executors
+    assert executor_threshold(None, spark, "write") is None
+    assert executor_threshold(2.5, spark, "write") == int(2.5 * 2**20)
+    assert executor_threshold(0.0, spark, "write") == 0
+    assert executor_threshold(float("inf"), spark, "write") is None
+    assert executor_threshold(0.0, None, "write") is None  # no session, no executors
 
 
 def test_tables_are_shared_among_tasks_heaviest_first_each_to_the_lightest_task() -> None:

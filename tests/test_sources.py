@@ -128,6 +128,7 @@ def test_each_pair_task_carries_only_its_own_transactions_commits(spark: Any, tm
     parts = -(-TASKS_PER_CORE * spark.sparkContext.defaultParallelism // 2) if large else 1
     assert [(t.seq, t.part, t.parts) for (t,) in tasks.tasks] == [(s, p, parts) for s in (1, 2) for p in range(parts)]
     assert tasks.numbers().rdd.glom().map(len).collect() == [1] * len(tasks.tasks)  # one Spark task per read task
+
     def task_and_rows(batches: Iterator[pa.RecordBatch]) -> Iterator[tuple[int, int]]:  # pickled by value
         from pyspark import TaskContext
 

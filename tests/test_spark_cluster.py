@@ -182,12 +182,12 @@ def spark_cluster(tmp_path: Path) -> Iterator[StandaloneCluster]:
             _stop(process)
 
 
-def write_config(root: Path, intermediate: Path, executor_write_mb: str = "null") -> Path:
-    """A configuration file over ``intermediate`` with output and target under ``root``.
+def write_config(root: Path, intermediate: Path, executor_write_mb: str = "null", pg_url: str | None = None) -> Path:
+    """A configuration file over ``intermediate`` with output and target under ``root`` (or ``pg_url``'s database).
 
     Small cycles and a tiny buffer, so that several cycles run and open
     transactions spill to files the executors must read; ``executor_write_mb``
-    (``apply.executor_write_mb``): from what size a cycle's Delta commits are the executors'.
+    (``apply.executor_write_mb``): from what size a cycle's tables are written by the executors.
     """
     root.mkdir(parents=True, exist_ok=True)
     path = root / "applier.yaml"
@@ -200,8 +200,11 @@ def write_config(root: Path, intermediate: Path, executor_write_mb: str = "null"
         "  buffer_size_for_split_records: 1024\n"
         f"  executor_write_mb: {executor_write_mb}\n"
         "target:\n"
-        "  type: delta\n"
-        f"  path: {root / 'target'}\n"
+        + (
+            f"  type: delta\n  path: {root / 'target'}\n"
+            if pg_url is None
+            else f"  type: postgres\n  url: '{pg_url}'\n"
+        )
     )
     return path
 
@@ -279,3 +282,21 @@ def test_apply_job_on_a_standalone_cluster_reaches_the_local_mode_target(
     assert canonical_target(on_cluster, intermediate) == canonical_target(local, intermediate)
     assert_target_equals_reference(on_cluster, intermediate)
     assert_target_equals_reference(local, intermediate)
+
+
+@pytest.mark.postgres
+def test_on_a_cluster_the_executors_load_postgresql_staging_and_the_target_equals_the_reference(
+    tmp_path: Path, spark_cluster: StandaloneCluster, pg_url: str
+) -> None:
+    intermediate = tmp_path / "in"
+    generate_workload(intermediate, seed=11, transactions=120, file_size_mb=0.05, profile="demo")
+    config_file = write_config(tmp_path / "cluster-run", intermediate, executor_write_mb="0", pg_url=pg_url)
+    result = submit(spark_cluster, config_file)
+    assert result.returncode == 0, f"spark-submit exited {result.returncode}:\n{result.stderr[-4000:]}"
+    config = load_config(config_file)
+    reports = [json.loads(line) for line in (config.work_dir / "cycles.jsonl").read_text().splitlines()]
+    assert len(reports) > 1
+    # Every cycle's staging tables were loaded by the cluster's executor, over connections of their own.
+    assert {step for r in reports for steps in r["table_seconds"].values() for step in steps} == {"load_on_executor"}
+    assert all(r["load_batches"] == [] for r in reports if r["table_seconds"])
+    assert_target_equals_reference(config, intermediate)

@@ -63,11 +63,12 @@ class ApplyConfig:
     takes :data:`QUEUE_MEMORY_SHARE` of the driver memory
     (:func:`queue_memory_bytes`).
 
-    ``executor_write_mb``: a cycle whose Delta tables' compiled changes weigh
-    this many MiB or more together has them committed by Spark executor
-    tasks, not by the driver (:mod:`applier.targets.delta_tasks`); infinity
-    (``off``): all by the driver; None: 4 MiB on a cluster, the driver with a
-    local master (:func:`~applier.targets.delta_tasks.executor_threshold`).
+    ``executor_write_mb``: a cycle whose tables' compiled changes weigh this
+    many MiB or more together has them written by Spark executor tasks, not
+    by the driver (:mod:`applier.targets.executor_tasks`: Delta's commits,
+    PostgreSQL's staging loads); infinity (``off``): all by the driver; None:
+    4 MiB on a cluster, the driver with a local master
+    (:func:`~applier.targets.executor_tasks.executor_threshold`).
 
     ``executor_reads``: Spark's executors read the ``.dat`` files' stream
     columns for the driver's checks (:mod:`applier.engine.dat_facts`); None:

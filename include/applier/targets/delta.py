@@ -64,8 +64,9 @@ from applier.targets.delta_log import commit_tags, held_position
 from applier.targets.delta_names import OWN_FOLDER, delta_misfit
 from applier.targets.delta_resubmit import resubmit as resubmit_exception
 from applier.targets.delta_schema import added_fields, check_shape, is_empty, prepared
-from applier.targets.delta_tasks import CycleCommit, apply_beside_executors, executor_threshold, executor_writes
+from applier.targets.delta_tasks import CycleCommit, apply_beside_executors
 from applier.targets.delta_write import apply_counted, apply_keyed
+from applier.targets.executor_tasks import executor_threshold, executor_writes
 from applier.targets.per_table import apply_tables
 
 log = logging.getLogger(__name__)
@@ -83,7 +84,7 @@ class DeltaTarget:
         executor_write_mb: a cycle whose tables' compiled changes weigh this
             many MiB or more together has them committed by Spark executor
             tasks once a session is given (:meth:`use_spark`,
-            :func:`~applier.targets.delta_tasks.executor_threshold`; None:
+            :func:`~applier.targets.executor_tasks.executor_threshold`; None:
             the default for the session's master, infinity: never).
     """
 
@@ -142,9 +143,9 @@ class DeltaTarget:
         return apply_tables(self, self.threads, cycle_id, changes, part)
 
     def use_spark(self, spark: Any) -> None:
-        """Commit large cycles on ``spark``'s executors from now on (:func:`~.delta_tasks.executor_threshold`)."""
+        """Commit large cycles on ``spark``'s executors from now on (:func:`~.executor_tasks.executor_threshold`)."""
         self._spark = spark
-        self._executor_bytes = executor_threshold(self._executor_mb, spark)
+        self._executor_bytes = executor_threshold(self._executor_mb, spark, "Delta commit")
 
     def constraints(self, table: str) -> dict[str, str] | None:
         """The CHECK constraints of ``table`` as last read (None: not read)."""

@@ -54,6 +54,7 @@ class PostgresDialect:
             lock_timeout_s=config.target.lock_timeout_s,
             statement_timeout_s=config.target.statement_timeout_s,
             collisions=Collisions.of(config),
+            executor_write_mb=config.apply.executor_write_mb,
         )
 
     def read_arrow(self, config: Config, table: str) -> Any | None:

@@ -146,6 +146,10 @@ def create_staging(ident: sql.Identifier, table: TableDef) -> sql.Composed:
     return sql.SQL("CREATE UNLOGGED TABLE {} ({})").format(ident, sql.SQL(", ").join(parts))
 
 
+def drop_table(ident: sql.Identifier) -> sql.Composed:
+    return sql.SQL("DROP TABLE IF EXISTS {}").format(ident)
+
+
 def copy_into(ident: sql.Identifier, columns: Sequence[str]) -> sql.Composed:
     return sql.SQL("COPY {} ({}) FROM STDIN (FORMAT csv)").format(ident, _columns(columns))
 

@@ -8,7 +8,8 @@ A cycle reaches PostgreSQL in two steps:
    connection wait in the compiled cycle (:mod:`applier.engine.compiled`),
    under the queue-memory budget, spooled to
    ``<configuration>_<table id>.spill`` when it is full. Staging tables are
-   committed as they load, but no target table changes yet.
+   committed as they load, but no target table changes yet. On a cluster, a
+   large cycle's tables are loaded by Spark's executors (:mod:`~.pg_staging`).
 2. **Apply.** One transaction on the first connection creates or evolves the
    tables, applies every staging table set-wise (truncate; delete; insert or
    update; copies of keyless rows) and writes the checkpoint row
@@ -24,10 +25,8 @@ parameter. Messages never carry the connection password.
 from __future__ import annotations
 
 import dataclasses
-import re
 import time
 from collections.abc import Collection, Iterable, Mapping
-from concurrent.futures import ThreadPoolExecutor
 from contextlib import AbstractContextManager
 from typing import Any
 
@@ -36,7 +35,6 @@ import pyarrow as pa
 from psycopg import sql
 
 from applier.engine.changes import TableChanges
-from applier.engine.compiled import admit, release
 from applier.errors import TargetError
 from applier.intermediate.schema import TableDef, check_table_name
 from applier.targets import CycleLoad, Part, PassedTransaction, collisions, pg_apply, pg_exceptions
@@ -45,8 +43,9 @@ from applier.targets.collisions import Collisions
 from applier.targets.pg_checkpoint import CheckpointRow, Position, holds
 from applier.targets.pg_connections import Connections, Staged, redacted
 from applier.targets.pg_drift import FoundColumn, drift
-from applier.targets.pg_load import csv_bytes, read_batches, rows_as_arrow, staging_rows
+from applier.targets.pg_load import rows_as_arrow
 from applier.targets.pg_lock import advisory_run_lock
+from applier.targets.pg_staging import Staging
 
 
 class PostgresTarget:
@@ -66,6 +65,9 @@ class PostgresTarget:
             with a transient error naming the holder (0: for ever).
         statement_timeout_s: how long one statement may run (0: no limit).
         collisions: what a collision does (:mod:`~applier.targets.collisions`; default: counted, applied).
+        executor_write_mb: a cycle whose tables' compiled changes weigh this
+            many MiB has them loaded into staging by Spark's executors once a
+            session is given (:meth:`use_spark`, :mod:`~applier.targets.pg_tasks`).
     """
 
     def __init__(
@@ -79,21 +81,23 @@ class PostgresTarget:
         lock_timeout_s: float = 60.0,
         statement_timeout_s: float = 0.0,
         collisions: Collisions | None = None,
+        executor_write_mb: float | None = None,
     ) -> None:
         if threads < 1:
             raise ValueError(f"threads must be at least 1, got {threads}")
         self._url = url
         self._name = configuration_name
         self._schema_map = dict(schema_map or {})
-        self._threads = threads
-        self._db = Connections(
-            url,
-            configuration_name,
-            schema_map=self._schema_map,
-            show_row_values=show_row_values,
-            lock_timeout_s=lock_timeout_s,
-            statement_timeout_s=statement_timeout_s,
-        )
+        connect: dict[str, Any] = {
+            "url": url,
+            "name": configuration_name,
+            "schema_map": self._schema_map,
+            "show_row_values": show_row_values,
+            "lock_timeout_s": lock_timeout_s,
+            "statement_timeout_s": statement_timeout_s,
+        }
+        self._db = Connections(**connect)
+        self._staging = Staging(self._db, connect, threads, executor_write_mb)
         self._row = CheckpointRow(configuration_name)
         self._collisions = collisions or Collisions()
         self.atomic_cycles = True
@@ -160,7 +164,8 @@ class PostgresTarget:
         self._collisions = dataclasses.replace(self._collisions, autocorrect=tables)
 
     def use_spark(self, spark: Any) -> None:
-        """Nothing: every table is loaded through the driver's connections, in one transaction per cycle."""
+        """Load large cycles' staging tables on ``spark``'s executors from now on (:mod:`~.pg_tasks`)."""
+        self._staging.use_spark(spark)
 
     def committed_cycles(self, tables: Iterable[str]) -> dict[str, int]:
         """The last cycle committed, for every table at once: one read of the checkpoint row."""
@@ -204,7 +209,7 @@ class PostgresTarget:
         """
         load = CycleLoad()
         try:
-            staged = self._load(changes, load)
+            staged = self._staging.load(changes, load)
             conn = self._db.get(0)
             with self._db.errors("resubmit the exception", None), conn.transaction():
                 done = pg_exceptions.claim(conn, self._name, ident)
@@ -219,7 +224,7 @@ class PostgresTarget:
         except TargetError:
             self.close()
             raise
-        self._drop_staging()
+        self._staging.drop()
         return True
 
     def delete_exceptions(self, ident: int | None = None, before: str | None = None) -> int:
@@ -267,7 +272,7 @@ class PostgresTarget:
             return load
         try:
             started = time.perf_counter()
-            staged = self._load(changes, load)
+            staged = self._staging.load(changes, load, cycle_id)
             loaded = time.perf_counter()
             if not self._commit(cycle_id, staged, position, load, part):
                 load.skipped_tables = sorted(changes)
@@ -275,56 +280,8 @@ class PostgresTarget:
         except TargetError:
             self.close()  # a broken transaction or connection: start afresh next time
             raise
-        self._drop_staging()
+        self._staging.drop()
         return load
-
-    def _load(self, changes: Mapping[str, TableChanges], load: CycleLoad) -> list[Staged]:
-        """COPY every table into its staging table, ``threads`` tables at once, batch by batch.
-
-        Each table's changes are taken (from the compiled cycle, where tables
-        waiting for a connection are held under the queue-memory budget) only
-        when its batch loads, and released once they are in staging.
-        """
-        conn = self._db.get(0)
-        self._drop_staging()
-        with self._db.errors("prepare staging", None), conn.transaction():
-            conn.execute(q.create_schema(q.STAGING_SCHEMA))
-        names = sorted(changes)
-        staged: list[Staged] = []
-        for start in range(0, len(names), self._threads):
-            batch = names[start : start + self._threads]
-            load.batches.append(batch)
-            with ThreadPoolExecutor(max_workers=len(batch)) as pool:
-                jobs = [pool.submit(self._stage, i, start + i, name, changes) for i, name in enumerate(batch)]
-                staged.extend(job.result() for job in jobs)
-        return staged
-
-    def _stage(self, connection: int, n: int, name: str, changes: Mapping[str, TableChanges]) -> Staged:
-        """Load one table's changes into staging table ``n`` on load connection ``connection``."""
-        try:
-            admit(changes, name)  # flow control: the tables being staged stay within the queue's budget
-            table = changes[name]
-            rows = staging_rows(table)
-            staged = Staged(table.table, self._stage_name(n), rows, rows.num_rows, table.truncate)
-            self._copy(connection, staged)
-        finally:
-            release(changes, name)
-        staged.source = None
-        return staged
-
-    def _stage_name(self, n: int) -> sql.Identifier:
-        name = f"{self._name}_{n}"
-        if len(name.encode()) > q.MAX_IDENTIFIER:
-            raise TargetError(f"configuration name {self._name!r} is too long for PostgreSQL staging table names")
-        return sql.Identifier(q.STAGING_SCHEMA, name)
-
-    def _copy(self, connection: int, staged: Staged) -> None:
-        conn = self._db.get(connection)
-        with self._db.errors("load into staging", staged.table.name, staged), conn.transaction():
-            conn.execute(q.create_staging(staged.stage, staged.table))
-            with conn.cursor().copy(q.copy_into(staged.stage, q.staging_columns(staged.table))) as copy:
-                for batch in read_batches(staged.source):
-                    copy.write(csv_bytes(batch))
 
     def _commit(
         self, cycle_id: int, staged: list[Staged], position: Mapping[str, int], load: CycleLoad, part: Part | None
@@ -417,13 +374,3 @@ class PostgresTarget:
 
     def _prepare_table(self, conn: psycopg.Connection[Any], table: TableDef) -> sql.Identifier:
         return pg_apply.prepare_table(conn, table, self._schema_map)
-
-    def _drop_staging(self) -> None:
-        """Drop this configuration's staging tables (after a commit, or left by a crash)."""
-        conn = self._db.get(0)
-        mine = re.compile(re.escape(self._name) + r"_\d+")
-        with self._db.errors("drop staging tables", None), conn.transaction():
-            cur = conn.execute("SELECT tablename FROM pg_tables WHERE schemaname = %s", [q.STAGING_SCHEMA])
-            for (name,) in cur.fetchall():
-                if mine.fullmatch(name):
-                    conn.execute(sql.SQL("DROP TABLE IF EXISTS {}").format(sql.Identifier(q.STAGING_SCHEMA, name)))
