@@ -118,10 +118,10 @@ class Bench:
         target = {"path": self.workdir / name / "target", **{f"apply.{k}": v for k, v in apply.items()}}
         return applier_settings(self.workdir, name, self.workload(key), limit_mib, self.args.driver_memory, target)
 
-    def postgres(self, name: str, url: str, limit_mib: float = 0.0) -> list[str]:
-        """The settings of a PostgreSQL run of the narrow workload into the database ``url``."""
+    def postgres(self, name: str, url: str, limit_mib: float = 0.0, key: str = "narrow") -> list[str]:
+        """The settings of a PostgreSQL run of workload ``key`` into the database ``url``."""
         target = {"type": "postgres", "url": url, "apply.threads": self.args.threads}
-        return applier_settings(self.workdir, name, self.workload("narrow"), limit_mib, self.args.driver_memory, target)
+        return applier_settings(self.workdir, name, self.workload(key), limit_mib, self.args.driver_memory, target)
 
     def run(self, steps: list[str]) -> dict[str, Any]:
         """Every step in order; the results the report is rendered from (also saved as ``report.json``)."""

@@ -301,15 +301,14 @@ def test_the_report_marks_the_driver_share_and_memory_goals() -> None:
             "narrow": _scaleout_run(1_000_000, 5.0, 95.0, 1000.0),
             "narrow-x": _scaleout_run(4_000_000, 8.0, 380.0, 1100.0),
             "narrow-x-cycles": _scaleout_run(4_000_000, 16.0, 384.0, 1000.0, cycles=4),
-            "narrow-pg-cycles": _scaleout_run(1_000_000, 60.0, 40.0, 900.0, cycles=4),  # the driver loads
+            "narrow-x-pg-cycles": _scaleout_run(4_000_000, 60.0, 340.0, 900.0, cycles=4),
         },
-        "pg_limit_mib": 20.0,
     }
     results["scaleout"]["runs"]["narrow-x-cycles"]["per_cycle_cpu"][0]["driver_cpu_s"] = 40.0  # the start
     report = render(results)
-    assert "| narrow-pg-cycles | 4 | 1,000,000 | 60.0 | 60.0 | 40.0 | 60% | 900 |" in report
-    said = "`narrow-pg-cycles` applies the narrow workload into a PostgreSQL database in cycles of at most 20.00 MiB"
-    assert said in report
+    assert "| narrow-x-pg-cycles | 4 | 4,000,000 | 60.0 | 60.0 | 340.0 | 15% | 900 |" in report
+    said = "in cycles of at most 80.00 MiB of pairs in one application; `narrow-x-pg-cycles` applies the same cycles"
+    assert said in report and "into a PostgreSQL database, each cycle in parts" in report
     assert "| narrow-x | 1 | 4,000,000 | 60.0 | 8.0 | 380.0 | 2% | 1,100 | 300 | read 1.0, spark 20.0 |" in report
     assert "| narrow-x-cycles | 2 | 1,000,000 | 10.0 | 4.0 | 96.0 | 4% |" in report  # a cycle's own figures
     goals = report.split("## Goals")[1].split("\n## ")[0]
