@@ -15,6 +15,7 @@ from psycopg import sql
 from applier.engine.compile import compile_cycle
 from applier.engine.compiled import CompiledCycle
 from applier.errors import TargetError
+from applier.exits import error_line
 from applier.generate import generate_workload
 from applier.targets import pg_sql
 from applier.targets.executor_tasks import TableWrite
@@ -173,3 +174,21 @@ def test_runs_loading_on_the_executors_or_the_driver_equal_the_reference(
     reports = [json.loads(line) for line in (config.work_dir / "cycles.jsonl").read_text().splitlines()]
     where = {step for r in reports for steps in r["table_seconds"].values() for step in steps}
     assert where == ({"load_on_executor"} if executor_write_mb == 0 else set())
+
+
+def test_executors_that_cannot_reach_the_database_say_so_and_how_to_keep_the_loads_on_the_driver(
+    spark: Any, tmp_path: Path
+) -> None:
+    unreachable = "host=127.0.0.1 port=1 user=postgres dbname=nowhere connect_timeout=2"
+    connect = {"url": unreachable, "name": "exec", "schema_map": {}, "show_row_values": False,
+               "lock_timeout_s": 5.0, "statement_timeout_s": 0.0}  # fmt: skip
+    job = StagingJob(3, connect, {ACCOUNTS.name: "exec_0"})
+    write = TableWrite(ACCOUNTS, False, (str(tmp_path / "never-read.arrow"),), 1)
+    with pytest.raises(TargetError) as caught:
+        load_beside_executors(spark, job, [write], lambda names: [])
+    message = str(caught.value)
+    assert message.startswith("PostgreSQL target ") and "port=1" in message and "connect failed" in message
+    assert "from a Spark executor: the executors must reach target.url" in message
+    assert "apply.executor_write_mb: off" in message
+    assert "\n" not in error_line(caught.value)  # libpq's own words span lines; the run shows one
+    assert caught.value.transient and caught.value.error_class == "connection"

@@ -30,6 +30,7 @@ from typing import Any
 from psycopg import sql
 
 from applier.engine.worker_path import prepare_worker
+from applier.errors import TargetError
 from applier.targets import pg_sql as q
 from applier.targets.executor_tasks import TableWrite, beside_executors, read_changes, sendable
 from applier.targets.pg_connections import Connections, Staged
@@ -113,6 +114,18 @@ def _load_tables(job: StagingJob, writes: Iterator[TableWrite]) -> Iterator[Load
     prepare_worker()
     db = Connections(**job.connect)
     try:
+        try:
+            db.get(0)
+        except TargetError as e:  # the executors' own way to the database: say so, and how to do without it
+            cut = TargetError(
+                f"{e}, from a Spark executor: the executors must reach target.url to load staging tables "
+                "(apply.executor_write_mb: off keeps the loads on the driver)",
+                transient=e.transient,
+                error_class=e.error_class,
+                code=e.code,
+            )
+            yield from (Loaded(write.table.name, error=cut) for write in writes)
+            return
         for write in writes:
             name = write.table.name
             started = time.perf_counter()
