@@ -183,7 +183,7 @@ def stage(conn: Any, changes: dict[str, Any], prefix: str = "limit", schema: str
     """Create the tables and one staging table per table (untimed), then COPY each table's rows into its staging.
 
     Returns:
-        Per table: its staging table, rows, CSV bytes and the seconds to encode and COPY them.
+        Per table: its staging table, rows, COPY bytes (binary) and the seconds to encode and COPY them.
     """
     from psycopg import sql
 

@@ -236,16 +236,10 @@ def transaction_net(changes: list[Change], typed: dict[str, Typed]) -> dict[str,
 
 
 def copy_data(rows: pa.Table) -> bytes:
-    """Staging rows as the target sends them to COPY: CSV, written batch by batch.
+    """Staging rows as the target sends them to COPY: PostgreSQL's binary format (``pg_load.binary_copy``)."""
+    from applier.targets.pg_load import binary_copy
 
-    Batch by batch as the target does (``pg_load.read_batches``), and not as
-    one table: pyarrow's CSV writer emits junk for a table whose first chunk is
-    empty (apache/arrow#36889), which a concatenation of no upserts and some
-    deletes is.
-    """
-    from applier.targets.pg_load import csv_bytes, read_batches
-
-    return b"".join(csv_bytes(batch) for batch in read_batches(rows))
+    return b"".join(binary_copy(rows))
 
 
 def create_tables(conn: Any, defs: dict[str, Any]) -> None:

