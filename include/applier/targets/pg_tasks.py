@@ -2,10 +2,10 @@
 
 The driver's part of a PostgreSQL cycle is two steps (:mod:`~applier.targets.postgres`):
 COPY each table's net changes into a staging table, then one transaction that
-applies them all with the checkpoint row. The COPY reads every compiled row
-and writes it as CSV, so on a cluster it made the driver the cycle's largest
-CPU user after the executors (18.6% of a cycle's CPU on the bench's narrow
-workload, against 9.5% for Delta). When the tables whose compiled changes are
+applies them all with the checkpoint row. The COPY reads and encodes every
+compiled row, so on a cluster it made the driver the cycle's largest CPU user
+after the executors (18.6% of a cycle's CPU on the bench's narrow workload,
+against 9.5% for Delta). When the tables whose compiled changes are
 in files weigh enough (:mod:`~applier.targets.executor_tasks`), one Spark job
 loads their staging tables, each task on a connection of its own, while the
 driver loads the rest; the driver's one transaction then applies every
