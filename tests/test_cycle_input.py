@@ -108,3 +108,21 @@ def test_groups_of_xids_are_found_by_commit_lsn_and_members_without_a_commit_by_
     assert group_numbers(commits, [["p", "r"], ["q"]])(xids).to_pylist() == [1, None, 0, 0, None]  # runs in order
     assert group_numbers(commits, [["q"], ["open", "p"]])(xids).to_pylist() == [0, 1, 1, None, None]  # out of order
     assert group_numbers(commits, [["open"]])(xids).to_pylist() == [None, 0, None, None, None]  # no commit at all
+    # The xids' commit lsns, looked up already (the cycle's counts keep them): the same answers.
+    wanted = np.array([40, np.iinfo(np.int64).min, 10, 25, np.iinfo(np.int64).min])
+    assert group_numbers(commits, [["q"], ["open", "p"]])(xids, wanted).to_pylist() == [0, 1, 1, None, None]
+    assert group_numbers(commits, [["p", "r"], ["q"]])(xids, wanted).to_pylist() == [1, None, 0, 0, None]
+    assert commit_positions(commits, np.array([10, 25, 40]), xids, wanted).to_pylist() == [2, None, 0, 1, None]
+
+
+def test_the_counts_commit_lsns_are_looked_up_once_and_a_part_looks_them_up_again(tmp_path: Path) -> None:
+    cycle = _cycle(tmp_path)
+    by_pair = [dict(zip(c["xid"].to_pylist(), lsns.tolist(), strict=True)) for c, lsns in
+               zip(cycle.counts, cycle.counts_commit_lsns, strict=True)]  # fmt: skip
+    gone = np.iinfo(np.int64).min
+    assert by_pair == [{"a": 14, "b": 22}, {"b": 22, "d": gone, "e": gone}, {"c": 33}]
+    assert cycle.counts_commit_lsns is cycle.counts_commit_lsns  # kept for the cycle
+    part, _ = narrowed(cycle, {}, ["c", "a"])
+    in_part = [dict(zip(c["xid"].to_pylist(), lsns.tolist(), strict=True)) for c, lsns in
+               zip(part.counts, part.counts_commit_lsns, strict=True)]  # fmt: skip
+    assert in_part == [{"a": 14, "b": gone}, {"b": gone, "d": gone, "e": gone}, {"c": 33}]  # b is not in the part

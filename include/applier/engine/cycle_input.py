@@ -137,6 +137,18 @@ class CycleInput:
         """
         return pa.concat_tables(self.counts) if self.counts else _NO_COUNTS
 
+    @cached_property
+    def counts_commit_lsns(self) -> list[np.ndarray]:
+        """Per table of :attr:`counts`, the commit lsn in :attr:`commits` of each row's xid (a minimum int: none).
+
+        Looked up once a cycle is read (its commits no longer change; a
+        narrowed part is a new object), for the two that walk the counts by
+        commit: the transactions' shapes (:func:`~applier.engine.parts.txn_shapes`)
+        and the groups' tables (:meth:`tables_by_group`). Each looked them up
+        on its own: a fifth of the driver's Python in a cycle on a cluster.
+        """
+        return [_commit_lsns(self.commits, counts["xid"].to_pylist()) for counts in self.counts]
+
     def rows_of(self, xids: Collection[str]) -> int:
         """Rows of the transactions ``xids`` in these pairs."""
         return pc.sum(self.counts_of(xids)["rows"]).as_py() or 0
@@ -154,8 +166,8 @@ class CycleInput:
         if not self.counts or not groups:
             return found
         numbers = group_numbers(self.commits, groups)
-        for counts in self.counts:
-            group = numbers(counts["xid"])
+        for counts, wanted in zip(self.counts, self.counts_commit_lsns, strict=True):
+            group = numbers(counts["xid"], wanted)
             hit = pa.table({"group": group, "table": counts["table"]}).filter(pc.is_valid(group))
             pairs = hit.group_by(["group", "table"], use_threads=False).aggregate([])
             for number, table in zip(pairs["group"].to_pylist(), pairs["table"].to_pylist(), strict=True):
@@ -197,14 +209,20 @@ def commit_lsns_in(commits: Mapping[str, int], xids: pa.Array) -> pa.Array:
     return pa.array(found, pa.int64(), mask=found == _NOT_COMMITTED)
 
 
-def commit_positions(commits: Mapping[str, int], commit_lsns: np.ndarray, xids: pa.Array) -> pa.Array:
+def commit_positions(
+    commits: Mapping[str, int], commit_lsns: np.ndarray, xids: pa.Array, wanted: np.ndarray | None = None
+) -> pa.Array:
     """The position of each of ``xids`` in the commit order whose commit lsns are ``commit_lsns`` (null: not there).
 
     A commit is found by its lsn, which is unique (the stream refuses an
     event whose lsn is not above the one before), in the cycle's map
     (:func:`commit_lsns_in`): no second map from every xid is made.
+    ``wanted``: the xids' commit lsns in ``commits``, when already looked up
+    (:attr:`CycleInput.counts_commit_lsns`).
     """
-    at, hit = _found_at(commit_lsns, _commit_lsns(commits, xids.to_pylist()))
+    if wanted is None:
+        wanted = _commit_lsns(commits, xids.to_pylist())
+    at, hit = _found_at(commit_lsns, wanted)
     return pa.array(at, pa.int64(), mask=~hit)
 
 
@@ -216,13 +234,16 @@ def _found_at(sorted_lsns: np.ndarray, wanted: np.ndarray) -> tuple[np.ndarray, 
     return at, hit
 
 
-def group_numbers(commits: Mapping[str, int], groups: Sequence[Collection[str]]) -> Callable[[pa.Array], pa.Array]:
+def group_numbers(
+    commits: Mapping[str, int], groups: Sequence[Collection[str]]
+) -> Callable[[pa.Array, np.ndarray | None], pa.Array]:
     """A lookup of xids in ``groups`` (disjoint): the number of each one's group, null for none.
 
     The groups' committed xids are held as their commit lsns, sorted, beside
     their group numbers (12 bytes a transaction, not a map from every xid);
-    an xid is found by its commit lsn in ``commits``. The few members not
-    committed there (a buffered transaction, say) are kept in a map.
+    an xid is found by its commit lsn in ``commits`` (or given, already
+    looked up: the lookup's second argument). The few members not committed
+    there (a buffered transaction, say) are kept in a map.
     """
     lsns: list[np.ndarray] = []
     numbers: list[np.ndarray] = []
@@ -242,9 +263,9 @@ def group_numbers(commits: Mapping[str, int], groups: Sequence[Collection[str]])
         member_lsns, member_groups = member_lsns[by_lsn], member_groups[by_lsn]
     member_groups = np.append(member_groups, -1)  # where an xid not found looks
 
-    def look_up(xids: pa.Array) -> pa.Array:
-        names = xids.to_pylist()
-        at, hit = _found_at(member_lsns, _commit_lsns(commits, names))
+    def look_up(xids: pa.Array, wanted: np.ndarray | None = None) -> pa.Array:
+        names: list[str] = xids.to_pylist() if wanted is None or others else []
+        at, hit = _found_at(member_lsns, _commit_lsns(commits, names) if wanted is None else wanted)
         found = member_groups[np.where(hit, at, -1)]
         if others:
             found[~hit] = [others.get(xid, -1) for xid in compress(names, ~hit)]

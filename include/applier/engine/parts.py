@@ -9,7 +9,7 @@ its action logs it), and recording progress in the intent.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Collection, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from itertools import chain
 from pathlib import Path
@@ -173,8 +173,8 @@ def txn_shapes(
     if commit_lsns is None:
         commit_lsns = _commit_lsns(cycle, order)
     rows_at, bytes_at = np.zeros(len(order), np.int64), np.zeros(len(order), np.int64)
-    for pair in counts.to_batches():
-        at = commit_positions(cycle.commits, commit_lsns, pair["xid"])
+    for pair, wanted in _with_commit_lsns(cycle):
+        at = commit_positions(cycle.commits, commit_lsns, pair["xid"], wanted)
         mine = pc.is_valid(at)
         where, n = at.filter(mine).to_numpy(), pair["rows"].filter(mine).to_numpy()
         np.add.at(rows_at, where, n)
@@ -195,6 +195,15 @@ def txn_shapes(
         else np.zeros(len(order), np.bool_)
     )
     return Shapes(order, commit_lsns, commands, cdb_bytes, truncates)
+
+
+def _with_commit_lsns(cycle: CycleInput) -> Iterator[tuple[pa.RecordBatch, np.ndarray]]:
+    """Each batch of the cycle's counts, with its rows' commit lsns (:attr:`CycleInput.counts_commit_lsns`)."""
+    for counts, lsns in zip(cycle.counts, cycle.counts_commit_lsns, strict=True):
+        start = 0
+        for batch in counts.to_batches():
+            yield batch, lsns[start : start + batch.num_rows]
+            start += batch.num_rows
 
 
 def _table_rows(cycle: CycleInput, xids: Collection[str]) -> dict[str, dict[str, float]]:
