@@ -7,7 +7,14 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 
-from applier.engine.cycle_input import CycleInput, commit_lsns_in, commit_positions, group_numbers, pairs_holding
+from applier.engine.cycle_input import (
+    CycleInput,
+    commit_lsns_in,
+    commit_lsns_of,
+    commit_positions,
+    group_numbers,
+    pairs_holding,
+)
 from applier.engine.reading import read_cycle
 from applier.engine.sparkapply import narrowed
 from applier.intermediate.pairs import list_pairs
@@ -93,26 +100,30 @@ def test_xids_are_looked_up_in_the_commits_and_the_commit_order() -> None:
     xids = pa.array(["r", "zz", "p", "q", "p", ""])
     assert commit_lsns_in(commits, xids).to_pylist() == [25, None, 10, 40, 10, None]
     order_lsns = np.array([10, 25, 40])  # p, r, q
-    assert commit_positions(commits, order_lsns, xids).to_pylist() == [1, None, 0, 2, 0, None]
+    wanted = commit_lsns_of(commits, xids)
+    assert commit_positions(order_lsns, wanted).to_pylist() == [1, None, 0, 2, 0, None]
     # A commit that the order does not hold (a part's order, say) has no position, before, between or after.
-    assert commit_positions(commits, np.array([25]), xids).to_pylist() == [0, None, None, None, None, None]
-    assert commit_positions({"a": 99}, np.array([10, 50]), pa.array(["a"])).to_pylist() == [None]
-    assert commit_positions(commits, np.array([], np.int64), xids).null_count == len(xids)
+    assert commit_positions(np.array([25]), wanted).to_pylist() == [0, None, None, None, None, None]
+    assert commit_positions(np.array([10, 50]), commit_lsns_of({"a": 99}, pa.array(["a"]))).to_pylist() == [None]
+    assert commit_positions(np.array([], np.int64), wanted).null_count == len(xids)
     assert len(commit_lsns_in(commits, pa.array([], pa.string()))) == 0
 
 
 def test_groups_of_xids_are_found_by_commit_lsn_and_members_without_a_commit_by_name() -> None:
     commits = {"p": 10, "r": 25, "q": 40}
     xids = pa.array(["q", "open", "p", "r", "zz"])
-    assert group_numbers(commits, [["p", "r", "q"]])(xids).to_pylist() == [0, None, 0, 0, None]  # every commit
-    assert group_numbers(commits, [["p", "r"], ["q"]])(xids).to_pylist() == [1, None, 0, 0, None]  # runs in order
-    assert group_numbers(commits, [["q"], ["open", "p"]])(xids).to_pylist() == [0, 1, 1, None, None]  # out of order
-    assert group_numbers(commits, [["open"]])(xids).to_pylist() == [None, 0, None, None, None]  # no commit at all
-    # The xids' commit lsns, looked up already (the cycle's counts keep them): the same answers.
+    lsns = commit_lsns_of(commits, xids)
+    every = group_numbers(commits, [["p", "r", "q"]])  # one group of every commit
+    assert every(xids, lsns).to_pylist() == [0, None, 0, 0, None]
+    assert group_numbers(commits, [["p", "r"], ["q"]])(xids, lsns).to_pylist() == [1, None, 0, 0, None]  # runs in order
+    out_of_order = group_numbers(commits, [["q"], ["open", "p"]])
+    assert out_of_order(xids, lsns).to_pylist() == [0, 1, 1, None, None]
+    assert group_numbers(commits, [["open"]])(xids, lsns).to_pylist() == [None, 0, None, None, None]  # no commit at all
+    # The lsns as the cycle's counts keep them (a minimum int: not committed): the same answers.
     wanted = np.array([40, np.iinfo(np.int64).min, 10, 25, np.iinfo(np.int64).min])
     assert group_numbers(commits, [["q"], ["open", "p"]])(xids, wanted).to_pylist() == [0, 1, 1, None, None]
     assert group_numbers(commits, [["p", "r"], ["q"]])(xids, wanted).to_pylist() == [1, None, 0, 0, None]
-    assert commit_positions(commits, np.array([10, 25, 40]), xids, wanted).to_pylist() == [2, None, 0, 1, None]
+    assert commit_positions(np.array([10, 25, 40]), wanted).to_pylist() == [2, None, 0, 1, None]
 
 
 def test_the_counts_commit_lsns_are_looked_up_once_and_a_part_looks_them_up_again(tmp_path: Path) -> None:

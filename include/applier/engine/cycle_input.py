@@ -147,7 +147,7 @@ class CycleInput:
         and the groups' tables (:meth:`tables_by_group`). Each looked them up
         on its own: a fifth of the driver's Python in a cycle on a cluster.
         """
-        return [_commit_lsns(self.commits, counts["xid"].to_pylist()) for counts in self.counts]
+        return [commit_lsns_of(self.commits, counts["xid"]) for counts in self.counts]
 
     def rows_of(self, xids: Collection[str]) -> int:
         """Rows of the transactions ``xids`` in these pairs."""
@@ -197,6 +197,11 @@ def _commit_lsns(commits: Mapping[str, int], xids: Sequence[str]) -> np.ndarray:
     return np.fromiter(map(commits.get, xids, repeat(_NOT_COMMITTED)), np.int64, len(xids))
 
 
+def commit_lsns_of(commits: Mapping[str, int], xids: pa.Array | pa.ChunkedArray) -> np.ndarray:
+    """The commit lsn in ``commits`` of each of ``xids``, for :func:`commit_positions` and :func:`group_numbers`."""
+    return _commit_lsns(commits, xids.to_pylist())
+
+
 def commit_lsns_in(commits: Mapping[str, int], xids: pa.Array) -> pa.Array:
     """The commit lsn in ``commits`` of each of ``xids`` (null: not committed there), as an int64 array.
 
@@ -205,23 +210,19 @@ def commit_lsns_in(commits: Mapping[str, int], xids: pa.Array) -> pa.Array:
     a moment at 392,000 transactions and the driver's peak. The map is about
     as fast: 0.15 s for 420,000 xids, where Arrow took 0.13 s.
     """
-    found = _commit_lsns(commits, xids.to_pylist())
+    found = commit_lsns_of(commits, xids)
     return pa.array(found, pa.int64(), mask=found == _NOT_COMMITTED)
 
 
-def commit_positions(
-    commits: Mapping[str, int], commit_lsns: np.ndarray, xids: pa.Array, wanted: np.ndarray | None = None
-) -> pa.Array:
-    """The position of each of ``xids`` in the commit order whose commit lsns are ``commit_lsns`` (null: not there).
+def commit_positions(commit_lsns: np.ndarray, wanted: np.ndarray) -> pa.Array:
+    """The position of each commit of ``wanted`` in the commit order whose commit lsns are ``commit_lsns`` (null:
+    not there).
 
-    A commit is found by its lsn, which is unique (the stream refuses an
-    event whose lsn is not above the one before), in the cycle's map
-    (:func:`commit_lsns_in`): no second map from every xid is made.
-    ``wanted``: the xids' commit lsns in ``commits``, when already looked up
-    (:attr:`CycleInput.counts_commit_lsns`).
+    ``wanted`` holds xids' commit lsns, looked up in the cycle's map
+    (:func:`commit_lsns_of`; :attr:`CycleInput.counts_commit_lsns`): a commit
+    is found by its lsn, which is unique (the stream refuses an event whose
+    lsn is not above the one before), and no second map from every xid is made.
     """
-    if wanted is None:
-        wanted = _commit_lsns(commits, xids.to_pylist())
     at, hit = _found_at(commit_lsns, wanted)
     return pa.array(at, pa.int64(), mask=~hit)
 
@@ -236,14 +237,14 @@ def _found_at(sorted_lsns: np.ndarray, wanted: np.ndarray) -> tuple[np.ndarray, 
 
 def group_numbers(
     commits: Mapping[str, int], groups: Sequence[Collection[str]]
-) -> Callable[[pa.Array, np.ndarray | None], pa.Array]:
+) -> Callable[[pa.Array, np.ndarray], pa.Array]:
     """A lookup of xids in ``groups`` (disjoint): the number of each one's group, null for none.
 
     The groups' committed xids are held as their commit lsns, sorted, beside
     their group numbers (12 bytes a transaction, not a map from every xid);
-    an xid is found by its commit lsn in ``commits`` (or given, already
-    looked up: the lookup's second argument). The few members not committed
-    there (a buffered transaction, say) are kept in a map.
+    an xid is found by its commit lsn in ``commits``, which the lookup is
+    given (:func:`commit_lsns_of`) with the xids. The few members not
+    committed there (a buffered transaction, say) are kept in a map.
     """
     lsns: list[np.ndarray] = []
     numbers: list[np.ndarray] = []
@@ -263,12 +264,11 @@ def group_numbers(
         member_lsns, member_groups = member_lsns[by_lsn], member_groups[by_lsn]
     member_groups = np.append(member_groups, -1)  # where an xid not found looks
 
-    def look_up(xids: pa.Array, wanted: np.ndarray | None = None) -> pa.Array:
-        names: list[str] = xids.to_pylist() if wanted is None or others else []
-        at, hit = _found_at(member_lsns, _commit_lsns(commits, names) if wanted is None else wanted)
+    def look_up(xids: pa.Array, wanted: np.ndarray) -> pa.Array:
+        at, hit = _found_at(member_lsns, wanted)
         found = member_groups[np.where(hit, at, -1)]
         if others:
-            found[~hit] = [others.get(xid, -1) for xid in compress(names, ~hit)]
+            found[~hit] = [others.get(xid, -1) for xid in compress(xids.to_pylist(), ~hit)]
         return pa.array(found, pa.int64(), mask=found < 0)
 
     return look_up

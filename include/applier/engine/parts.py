@@ -174,7 +174,7 @@ def txn_shapes(
         commit_lsns = _commit_lsns(cycle, order)
     rows_at, bytes_at = np.zeros(len(order), np.int64), np.zeros(len(order), np.int64)
     for pair, wanted in _with_commit_lsns(cycle):
-        at = commit_positions(cycle.commits, commit_lsns, pair["xid"], wanted)
+        at = commit_positions(commit_lsns, wanted)
         mine = pc.is_valid(at)
         where, n = at.filter(mine).to_numpy(), pair["rows"].filter(mine).to_numpy()
         np.add.at(rows_at, where, n)

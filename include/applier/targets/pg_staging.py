@@ -113,8 +113,9 @@ class Staging:
     def drop(self) -> None:
         """Drop this configuration's staging tables (after a commit, or left by a crash)."""
         conn = self._db.get(0)
+        mine = re.compile(re.escape(self._name) + r"_\d+")
         with self._db.errors("drop staging tables", None), conn.transaction():
             cur = conn.execute("SELECT tablename FROM pg_tables WHERE schemaname = %s", [q.STAGING_SCHEMA])
             for (name,) in cur.fetchall():
-                if re.fullmatch(re.escape(self._name) + r"_\d+", name):
+                if mine.fullmatch(name):
                     conn.execute(q.drop_table(sql.Identifier(q.STAGING_SCHEMA, name)))
