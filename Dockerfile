@@ -12,9 +12,9 @@ FROM apache/airflow:${AIRFLOW_VERSION}-python${PYTHON_VERSION}
 ARG AIRFLOW_VERSION
 
 USER root
-# Spark 4.1 runs on Java 17 or 21: the distribution's default JRE is either.
+# Spark 4.1 runs on Java 17 or 21: the distribution's default JRE is either. gcc builds the C pass over row images.
 RUN apt-get update \
-    && apt-get install -y --no-install-recommends default-jre-headless \
+    && apt-get install -y --no-install-recommends default-jre-headless gcc libc6-dev \
     && apt-get clean \
     && rm -rf /var/lib/apt/lists/*
 # Mount points of the named volumes, owned by the airflow user so that a new
@@ -30,4 +30,5 @@ COPY --chown=airflow:root requirements.txt /opt/cdc-applier/requirements.txt
 RUN pip install --no-cache-dir "apache-airflow==${AIRFLOW_VERSION}" -r /opt/cdc-applier/requirements.txt
 COPY --chown=airflow:root pyproject.toml README.md /opt/cdc-applier/
 COPY --chown=airflow:root include /opt/cdc-applier/include
-RUN pip install --no-cache-dir --no-deps /opt/cdc-applier
+RUN pip install --no-cache-dir --no-deps /opt/cdc-applier \
+    && python -m applier.intermediate.native  # the C pass over row images, beside the installed package

@@ -9,7 +9,8 @@ export PYSPARK_PYTHON := $(BIN)/python
 
 .PHONY: setup demo airflow test test-fast lint clean
 
-setup: $(VENV)/.installed
+NATIVE := include/applier/intermediate/libimagecheck.so
+setup: $(VENV)/.installed $(NATIVE)
 
 # Reinstall when the pins change. pyspark and pyspark-client share one package
 # folder: both are pinned to one version and pyspark-client is never uninstalled.
@@ -19,6 +20,10 @@ $(VENV)/.installed: requirements.txt requirements-dev.txt pyproject.toml
 	$(VENV)/bin/pip install -q --disable-pip-version-check --no-deps -e .
 	PATH=$(CURDIR)/$(VENV)/bin:$$PATH $(VENV)/bin/python -m applier.engine.jvm_archive  # Spark's classes, for a faster start
 	touch $@
+
+# The C pass over row images (include/applier/intermediate/native.py), loaded with ctypes; gcc builds it.
+$(NATIVE): include/applier/intermediate/imagecheck.c $(VENV)/.installed
+	$(VENV)/bin/python -m applier.intermediate.native
 
 # Airflow on embedded defaults: SQLite, logs and passwords under var/airflow, the
 # project's DAGs and plugins, Spark in local mode, the demo configuration.
@@ -90,4 +95,4 @@ test-fast: setup
 	pytest -m "not slow and not spark and not postgres and not airflow"
 
 clean:
-	rm -rf var .pytest_cache .mypy_cache .ruff_cache
+	rm -rf var .pytest_cache .mypy_cache .ruff_cache $(NATIVE)

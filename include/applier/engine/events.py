@@ -73,7 +73,8 @@ def _checked(batch: pa.RecordBatch, tables: Mapping[str, TableDef], checks: Pair
     if checks is None:
         return befores, afters, None, None
     seqs, tables_of = batch.column("seq").to_pylist(), batch.column("table").to_pylist()
-    checked = checks.check(seqs, tables_of, batch.column("op").to_pylist(), befores, afters)
+    images = (batch.column("before"), batch.column("after"))
+    checked = checks.check(seqs, tables_of, batch.column("op").to_pylist(), befores, afters, images)
     if checked.problem is not None:
         i, problem = checked.problem
         lsn, xid = batch.column("lsn")[i].as_py(), batch.column("xid")[i].as_py()

@@ -25,6 +25,8 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+import pyarrow as pa
+
 from applier.intermediate.images import Checked, ImageProblem, ImageRules, check_rows
 from applier.intermediate.schema import TableDef
 
@@ -100,10 +102,10 @@ class PairRules:
 
     def check(
         self, seqs: Sequence[int | None], tables: Sequence[str], ops: Sequence[str], befores: Sequence[Any],
-        afters: Sequence[Any],
+        afters: Sequence[Any], images: tuple[pa.Array, pa.Array] | None = None,
     ) -> Checked:  # fmt: skip
         """The rows checked against their own pair's definitions (:func:`~applier.intermediate.images.check_rows`)."""
-        return check_rows(list(zip(seqs, tables, strict=True)), ops, befores, afters, self.rules)
+        return check_rows(list(zip(seqs, tables, strict=True)), ops, befores, afters, self.rules, images)
 
     def rules(self, where: tuple[int | None, str]) -> ImageRules | None:
         """The rules of a table in a pair (None: the pair is not checked here)."""

@@ -18,9 +18,11 @@ from dataclasses import dataclass
 from typing import Any
 
 import msgspec
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from applier.intermediate import native
 from applier.intermediate.schema import Column, TableDef, value_pattern, value_type
 
 _NEEDS = {"I": (False, True), "U": (True, True), "D": (True, False), "T": (False, False)}
@@ -85,6 +87,11 @@ class ImageRules:
     def of(table: TableDef) -> ImageRules:
         """The rules of a definition, built once per process (building costs more than checking a small pair)."""
         return ImageRules(table)
+
+    @functools.cached_property
+    def native(self) -> tuple[native.NativeRule, native.NativeRule]:
+        """The C pass's rules of after and before images (:mod:`applier.intermediate.native`)."""
+        return native.NativeRule(self.table, self.table.column_names), native.NativeRule(self.table, self._keys)
 
     @functools.cached_property
     def after(self) -> msgspec.json.Decoder[Any]:
@@ -163,9 +170,14 @@ class Checked:
 
 def check_rows(
     keys: Sequence[Hashable], ops: Sequence[str], befores: Sequence[str | None], afters: Sequence[str | None],
-    rules_of: Callable[[Any], ImageRules | None],
+    rules_of: Callable[[Any], ImageRules | None], arrays: tuple[pa.Array, pa.Array] | None = None,
 ) -> Checked:  # fmt: skip
     """Check rows of many tables (or pairs) at once, each against its own rules.
+
+    With ``arrays`` (the before and after columns in Arrow, the same rows as
+    ``befores`` and ``afters``) and the C pass built, the rows it vouches for
+    (:func:`vouched`) are not decoded: only the first one it doubts and those
+    after it are checked as below, and the result holds no decoded images.
 
     ``rules_of(keys[i])`` gives row ``i``'s rules (None: not checked). Every
     image is decoded by its table's bulk decoder, then the values of each form
@@ -175,6 +187,12 @@ def check_rows(
     the first wrong row in row order and says what is wrong, as
     :func:`check_images` words it.
     """
+    if arrays is not None and native.LIBRARY is not None:
+        start = vouched(keys, ops, befores, afters, rules_of, arrays)
+        if start == len(ops):
+            return Checked(None)
+        rest = check_rows(keys[start:], ops[start:], befores[start:], afters[start:], rules_of)
+        return Checked(None if rest.problem is None else (start + rest.problem[0], rest.problem[1]))
     count = len(ops)
     decoded: tuple[list[Any], list[Any]] = ([None] * count, [None] * count)
     rules_by_key: dict[Hashable, ImageRules | None] = {}
@@ -225,6 +243,40 @@ def check_rows(
     return Checked(None)
 
 
+def vouched(
+    keys: Sequence[Hashable], ops: Sequence[str], befores: Sequence[Any], afters: Sequence[Any],
+    rules_of: Callable[[Any], ImageRules | None], arrays: tuple[pa.Array, pa.Array],
+) -> int:  # fmt: skip
+    """How many rows, from the first, surely pass their checks: the images each op needs, and the C pass's word.
+
+    A row not checked (``rules_of`` None) passes. The count ends at the first
+    row with the wrong images for its op, or whose before or after image the C
+    pass does not vouch for (:func:`applier.intermediate.native.first_doubt`).
+    """
+    count = len(ops)
+    found: dict[Hashable, int] = {}
+    rules: list[native.NativeRule] = []
+    before_rule, after_rule = np.full(count, -1, np.int32), np.full(count, -1, np.int32)
+    for i, (key, op, before, after) in enumerate(zip(keys, ops, befores, afters, strict=True)):
+        at = found.get(key)
+        if at is None:
+            table_rules = rules_of(key)
+            at = found[key] = -1 if table_rules is None else len(rules)
+            if table_rules is not None:
+                rules.extend(table_rules.native)
+        if at < 0:
+            continue
+        wants_before, wants_after = _NEEDS[op]
+        if (before is not None) != wants_before or (after is not None) != wants_after:
+            count = i
+            break
+        after_rule[i], before_rule[i] = at, at + 1
+    if not rules:
+        return count
+    count = native.first_doubt(arrays[1].slice(0, count), after_rule[:count], rules)
+    return native.first_doubt(arrays[0].slice(0, count), before_rule[:count], rules)
+
+
 def check_images(data: pa.Table, tables: dict[str, TableDef]) -> None:
     """Check every row's images against its table's definition.
 
@@ -237,7 +289,8 @@ def check_images(data: pa.Table, tables: dict[str, TableDef]) -> None:
         ImageProblem: naming the first wrong row (lsn, xid, table) and what is wrong.
     """
     names, ops, befores, afters = (data[c].to_pylist() for c in ("table", "op", "before", "after"))
-    wrong = check_rows(names, ops, befores, afters, lambda name: ImageRules.of(tables[name])).problem
+    arrays = (data["before"].combine_chunks(), data["after"].combine_chunks())
+    wrong = check_rows(names, ops, befores, afters, lambda name: ImageRules.of(tables[name]), arrays).problem
     if wrong is not None:
         i, e = wrong
         lsn, xid = data["lsn"][i].as_py(), data["xid"][i].as_py()

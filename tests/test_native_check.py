@@ -1,0 +1,224 @@
+"""The C pass over row images vouches only for images the Python check accepts, and for the usual ones.
+
+The reference is the exact Python check (msgspec's strict decoders with each
+form's regular expression, :class:`~applier.intermediate.images.ImageRules`):
+it shares no code with ``imagecheck.c``. Every image below, good or broken by
+a seeded mutation, is put to both: the C pass may doubt a good image (the
+Python check then decides), never vouch for a bad one.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import string
+
+import numpy as np
+import pyarrow as pa
+import pytest
+
+from applier.intermediate import native
+from applier.intermediate.images import ImageProblem, ImageRules, _check_row, check_rows
+from applier.intermediate.schema import Column, TableDef
+
+TYPES = (
+    "boolean", "int", "bigint", "double", "string", "date", "timestamp", "binary",
+    "decimal(10,2)", "decimal(5,0)", "decimal(3,3)", "decimal(38,10)",
+)  # fmt: skip
+TABLE = TableDef(
+    "s.every",
+    (
+        Column("id", "bigint", False),
+        *(Column(f"c_{t.replace('(', '_').replace(',', '_').rstrip(')')}", t, True) for t in TYPES),
+        *(Column(f"n_{t.split('(')[0]}{i}", t, False) for i, t in enumerate(TYPES)),
+        Column("ünï", "string", True),
+    ),
+    ("id",),
+)
+KEYLESS = TableDef("s.bag", (Column("d", "date", True), Column("v", "int", False)), ())
+
+GOOD = {
+    "boolean": [True, False],
+    "int": [0, -1, 7, 2**31 - 1, -(2**31), 123456789, 1999999999],
+    "bigint": [0, -0, 2**63 - 1, -(2**63), 10**17, 999999999999999999, 1000000000000000000],
+    "double": [0, 1.5, -2.25e-7, 1e99, "NaN", "Infinity", "-Infinity", 3, 1.5e300, -2e-300, 5e-324],
+    "string": ["", "plain", 'quote " and \\ back', "tab\tnewline\n", "ünïcödé ✓ 😀", "\x7f", "\u0001", "NaN"],
+    "date": ["2024-02-29", "2000-02-29", "0001-01-01", "9999-12-31", "2023-04-30", "1900-02-28"],
+    "timestamp": ["2026-11-26T18:00:00Z", "2026-11-26T18:00:00.1Z", "1970-01-01T00:00:00.123456Z",
+                  "2024-02-29T23:59:59.999999Z"],
+    "binary": ["", "AA==", "AAE=", "AAEC", "////", "+/+/AQ=="],
+    "decimal(10,2)": ["0", "-0.5", "12345678.99", "007.10", "1.2000", "-00000000.00", "99999999"],
+    "decimal(5,0)": ["0", "12345", "-1", "000012345", "7.000", "5."[:1]],
+    "decimal(3,3)": ["0.123", "-0.5", "0", "000.100", "0.0"],
+    "decimal(38,10)": ["1234567890123456789012345678.0123456789", "-1", "0.0000000001"],
+}
+BAD = {
+    "boolean": [1, "true", 0],
+    "int": [2**31, -(2**31) - 1, 1.0, "1", 10**10, True],
+    "bigint": [2**63, -(2**63) - 1, 10**19, 1.5, "5"],
+    "double": ["nan", "inf", "1.5", True, [1]],
+    "string": [1, True, {"a": 1}],
+    "date": ["2023-02-29", "1900-02-29", "2024-13-01", "2024-00-10", "2024-04-31", "24-01-01", "2024-1-01",
+             "2024-01-01\n", "2024-01-01T00:00:00Z", 20240101],
+    "timestamp": ["2026-11-26T18:00:00", "2026-11-26T24:00:00Z", "2026-11-26T18:60:00Z", "2026-11-26T18:00:00.Z",
+                  "2026-11-26T18:00:00.1234567Z", "2026-11-26 18:00:00Z", "2026-11-26T18:00:00+00:00"],
+    "binary": ["A", "AA=", "AAE", "A===", "AA=A", "AA-_", "AA\n=="],
+    "decimal(10,2)": ["1.005", "123456789.0", "1e3", "+1", ".5", "1.", "--1", "NaN", 1.5],
+    "decimal(5,0)": ["123456", "1.5", "0.01"],
+    "decimal(3,3)": ["1.0", "0.1234", "10"],
+    "decimal(38,10)": ["123456789012345678901234567890", "0.00000000001"],
+}
+
+
+def _image(rng: random.Random, table: TableDef, good: bool = True) -> dict[str, object]:
+    row: dict[str, object] = {}
+    for c in table.columns:
+        if c.nullable and rng.random() < 0.2:
+            row[c.name] = None
+        else:
+            row[c.name] = rng.choice(GOOD[c.type])
+    if not good:
+        column = rng.choice(table.columns)
+        row[column.name] = rng.choice(BAD[column.type] + ([] if column.nullable else [None]))
+    items = list(row.items())
+    if rng.random() < 0.3:
+        rng.shuffle(items)
+    return dict(items)
+
+
+def _text(rng: random.Random, image: dict[str, object]) -> str:
+    style = rng.random()
+    if style < 0.4:
+        return json.dumps(image, separators=(",", ":"), ensure_ascii=False)
+    if style < 0.7:
+        return json.dumps(image, ensure_ascii=rng.random() < 0.5)
+    return json.dumps(image, indent=rng.choice([None, 1]), ensure_ascii=True).replace(": ", " :\t ")
+
+
+def _mutate(rng: random.Random, text: str) -> str:
+    """A few random edits: bytes changed, dropped, doubled or inserted, a key renamed, a value cut."""
+    chars = list(text)
+    for _ in range(rng.randint(1, 3)):
+        at = rng.randrange(len(chars) + 1)
+        action = rng.random()
+        if action < 0.3 and chars:
+            chars[min(at, len(chars) - 1)] = rng.choice(string.printable + "\\\"{}[],:ü\x00")
+        elif action < 0.5 and chars:
+            del chars[min(at, len(chars) - 1)]
+        elif action < 0.7:
+            chars.insert(at, rng.choice(['"', ",", "}", "\\", "0", "-", ".", "e", " ", "\\u0041", "\\ud800"]))
+        elif chars:
+            chars.insert(at, chars[min(at, len(chars) - 1)])
+    return "".join(chars)
+
+
+def _python_accepts(rules: ImageRules, text: str, after: bool) -> bool:
+    try:
+        _check_row("I", None, text, rules) if after else _check_row("D", text, None, rules)
+    except ImageProblem:
+        return False
+    except UnicodeDecodeError:  # bytes that are not UTF-8: never arrive from Parquet, and never vouched for
+        return False
+    return True
+
+
+def _native_vouches(rules: ImageRules, texts: list[str], after: bool) -> list[bool]:
+    column = pa.array(texts, pa.string())
+    rule = rules.native[0 if after else 1]
+    vouched = []
+    for i in range(len(texts)):
+        one = column.slice(i, 1)  # a slice: offsets that do not start at 0
+        vouched.append(native.first_doubt(one, np.zeros(1, np.int32), [rule]) == 1)
+    return vouched
+
+
+def test_the_library_is_built() -> None:
+    # make setup compiles it; without it every image is checked in Python, and this suite would not test the C pass.
+    assert native.LIBRARY is not None, f"{native.LIBRARY_PATH} is missing: run make setup"
+
+
+@pytest.mark.parametrize("table", [TABLE, KEYLESS], ids=["every-type", "keyless"])
+@pytest.mark.parametrize("after", [True, False], ids=["after", "before"])
+def test_vouches_for_no_image_the_python_check_refuses(table: TableDef, after: bool) -> None:
+    rng = random.Random(20261207)
+    rules = ImageRules.of(table)
+    texts = [_text(rng, _image(rng, table, good=rng.random() < 0.5)) for _ in range(1500)]
+    texts += [_mutate(rng, t) for t in texts[:1500]]
+    if not after:  # before images: the key columns alone, as a delete's
+        key = set(table.primary_key) or set(table.column_names)
+        texts += [_text(rng, {k: v for k, v in _image(rng, table).items() if k in key}) for _ in range(300)]
+    accepted = [_python_accepts(rules, t, after) for t in texts]
+    vouched = _native_vouches(rules, texts, after)
+    wrongly = [t for t, ok, v in zip(texts, accepted, vouched, strict=True) if v and not ok]
+    assert not wrongly, f"vouched for {len(wrongly)} refused images, such as {wrongly[:3]}"
+    # Both verdicts occur, and the C pass vouches for most good images (else it saves nothing).
+    assert 0.2 < sum(accepted) / len(texts) < 0.8
+    assert sum(vouched) > 0.6 * sum(accepted)
+
+
+@pytest.mark.parametrize("type_name", sorted(GOOD))
+def test_every_good_value_is_vouched_for_and_no_bad_one(type_name: str) -> None:
+    table = TableDef("s.one", (Column("id", "int", False), Column("v", type_name, False)), ("id",))
+    rules = ImageRules.of(table)
+    good = [json.dumps({"id": 1, "v": v}, ensure_ascii=False) for v in GOOD[type_name]]
+    bad = [json.dumps({"id": 1, "v": v}) for v in [*BAD[type_name], None]]
+    assert all(_python_accepts(rules, t, True) for t in good)
+    assert not any(_python_accepts(rules, t, True) for t in bad)
+    assert _native_vouches(rules, good, True) == [True] * len(good)
+    assert _native_vouches(rules, bad, True) == [False] * len(bad)
+
+
+def test_doubts_what_it_does_not_judge_and_the_python_check_decides() -> None:
+    columns = (Column("id", "int", False), Column("d", "date", True), Column("x", "double", True))
+    table = TableDef("s.one", columns, ("id",))
+    rules = ImageRules.of(table)
+    unusual = [
+        '{"id": 1, "x": null, "d": "2024-01-0\\u0031"}',  # an escaped character in a date
+        '{"id": 1, "x": null, "d": "0000-02-29"}',  # the form's year 0 leap day
+        '{"id": 1, "d": null, "x": 1.7976931348623157e308}',  # the largest double: near overflow, left to msgspec
+        '{"id": 1, "d": null, "x": 1e400}',  # beyond it
+        '\ufeff{"id": 1, "d": null, "x": null}',  # not JSON for either
+    ]
+    assert _native_vouches(rules, unusual, True) == [False] * 5
+    assert [_python_accepts(rules, t, True) for t in unusual] == [True, True, True, False, False]
+
+
+def test_escaped_column_names_are_read_as_their_names() -> None:
+    table = TableDef("s.one", (Column("id", "int", False), Column("ünï", "string", True)), ("id",))
+    rules = ImageRules.of(table)
+    texts = [
+        '{"i\\u0064": 1, "\\u00fcn\\u00ef": "x"}',  # both names escaped
+        '{"id": 1, "\\u00fcnï": null}',  # partly
+        '{"id": 1, "\\u00fcn": null}',  # another name: unknown
+        '{"id": 1, "id": 2}',  # twice
+        '{"\\ud800": 1}',  # a lone surrogate: left to msgspec
+    ]
+    assert _native_vouches(rules, texts, True) == [True, True, False, False, False]
+    assert [_python_accepts(rules, t, True) for t in texts] == [True, True, False, False, False]
+
+
+def test_check_rows_finds_the_same_first_wrong_row_either_way() -> None:
+    rng = random.Random(7)
+    rules = ImageRules.of(TABLE)
+    for bad_at in (None, 0, 1, 517, 999):
+        ops, befores, afters = [], [], []
+        for i in range(1000):
+            image = _image(rng, TABLE, good=i != bad_at)
+            op = rng.choice("IUD")
+            after = _text(rng, image) if op in "IU" else None
+            before = _text(rng, {"id": image["id"]}) if op in "UD" else None
+            if i == bad_at and op == "D":
+                before = json.dumps({"id": "x"})
+            ops.append(op)
+            befores.append(before)
+            afters.append(after)
+        keys = ["s.every"] * len(ops)
+        arrays = (pa.array(befores, pa.string()), pa.array(afters, pa.string()))
+        python = check_rows(keys, ops, befores, afters, lambda _: rules)
+        both = check_rows(keys, ops, befores, afters, lambda _: rules, arrays)
+        if bad_at is None:
+            assert python.problem is None and both.problem is None
+        else:
+            assert python.problem is not None and both.problem is not None
+            assert python.problem[0] == both.problem[0] == bad_at
+            assert (python.problem[1].code, python.problem[1].detail) == (both.problem[1].code, both.problem[1].detail)
