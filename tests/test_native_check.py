@@ -222,3 +222,59 @@ def test_check_rows_finds_the_same_first_wrong_row_either_way() -> None:
             assert python.problem is not None and both.problem is not None
             assert python.problem[0] == both.problem[0] == bad_at
             assert (python.problem[1].code, python.problem[1].detail) == (both.problem[1].code, both.problem[1].detail)
+
+
+PLAIN = TableDef(
+    "s.plain",
+    (
+        Column("note", "string", True),
+        Column("k2", "string", False),
+        Column("x", "double", True),
+        Column("k1", "bigint", False),
+        Column("flag", "boolean", True),
+    ),
+    ("k1", "k2"),  # key order differs from column order
+)
+
+
+def test_identities_are_the_python_identities_byte_for_byte() -> None:
+    from applier.engine.events import _keys, _texts
+    from applier.engine.identity import rules_of
+
+    rng = random.Random(11)
+    strings = ["", "a", "ü😀", 'q"uote', "back\\slash", "tab\t", "\u0001", "/", "\x7f", "NaN"]
+    texts: list[str | None] = []
+    for _ in range(3000):
+        row = {
+            "note": rng.choice(strings),
+            "k2": rng.choice(strings),
+            "x": rng.choice([1.5, "NaN", None]),
+            "k1": rng.choice([0, -0, 1, -(2**63), 2**63 - 1, 42]),
+            "flag": rng.choice([True, False, None]),
+        }
+        text = _text(rng, dict(rng.sample(list(row.items()), len(row))))
+        if rng.random() < 0.05:
+            text = text.replace('"k1"', '"k\\u0031"', 1)  # an escaped name: read as its name
+        if rng.random() < 0.03:
+            text = text[:-1] + ', "k1": 7}'  # named twice: msgspec keeps the last, C leaves it to Python
+        texts.append(None if rng.random() < 0.1 else text)
+    texts[5] = '{"k1": -0, "k2": "z", "note": null, "x": null, "flag": null}'
+    column = pa.array(texts, pa.string()).slice(3)  # offsets that do not start at 0
+    names = ["s.plain"] * len(column)
+    rules = {"s.plain": rules_of(PLAIN)}
+    assert rules["s.plain"].native_keys is not None
+    python = [None if t is None else rules["s.plain"].key_of(t) for t in texts[3:]]
+    both = _keys(rules, names, _texts(column), None, column)
+    assert both.to_pylist() == python
+    rule_of = np.zeros(len(column), np.int32)
+    _, done = native.identities(column, rule_of, [rules["s.plain"].native_keys])
+    assert 0.3 * len(column) < done.sum() < column.is_valid().true_count  # many in C, those with escapes in Python
+    assert python[2] == b"[0,\"z\"]"
+
+
+def test_no_identities_in_c_for_keys_that_need_a_canonical_form() -> None:
+    from applier.engine.identity import rules_of
+
+    decimal_key = TableDef("s.d", (Column("k", "decimal(10,2)", False),), ("k",))
+    assert rules_of(decimal_key).native_keys is None  # "1.5" and "1.50" are one identity: Python's canonical form
+    assert rules_of(KEYLESS).native_keys is None

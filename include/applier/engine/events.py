@@ -30,6 +30,7 @@ from applier.engine.identity import TableRules, rules_of
 from applier.engine.image_checks import Checks, PairRules, Refused, record_refusal, refusal, refused_in
 from applier.engine.reduce import fold
 from applier.engine.worker_path import prepare_worker
+from applier.intermediate import native
 from applier.intermediate.schema import TableDef
 
 EVENT_SCHEMA = pa.schema(
@@ -123,20 +124,33 @@ def _eventful(rows: pa.RecordBatch, truncates: Mapping[str, tuple[int, int]]) ->
     return keep
 
 
-def _keys(rules: Mapping[str, TableRules], names: list[str], images: list[Any], decoded: list[Any] | None) -> pa.Array:
-    """Each image's identity by its own table's rules (null for no image); from the check's decoding where kept."""
+def _keys(
+    rules: Mapping[str, TableRules], names: list[str], images: list[Any], decoded: list[Any] | None, column: pa.Array
+) -> pa.Array:
+    """Each image's identity by its own table's rules (null for no image).
+
+    The C pass writes those of plain keys (:func:`applier.intermediate.native.identities`);
+    the others come from the check's decoding where kept, or are decoded here.
+    """
     key_of = {name: r.key_of for name, r in rules.items()}
-    if decoded is None:
-        pairs = zip(names, images, strict=True)
-        return pa.array([None if image is None else key_of[name](image) for name, image in pairs], pa.binary())
     checked = {name: r.key_of_checked for name, r in rules.items()}
-    return pa.array(
-        [
-            None if image is None else key_of[name](image) if row is None else checked[name](row)
-            for name, image, row in zip(names, images, decoded, strict=True)
-        ],
-        pa.binary(),
-    )
+
+    def key(i: int) -> bytes | None:
+        image, row = images[i], None if decoded is None else decoded[i]
+        return None if image is None else key_of[names[i]](image) if row is None else checked[names[i]](row)
+
+    plain = {name: r.native_keys for name, r in rules.items() if r.native_keys is not None}
+    if not plain:
+        return pa.array([key(i) for i in range(len(names))], pa.binary())
+    at = {name: i for i, name in enumerate(plain)}
+    rule_of = np.array([at.get(name, -1) for name in names], np.int32)
+    written, done = native.identities(column, rule_of, list(plain.values()))
+    valid = column.is_valid()
+    todo = np.flatnonzero(~done & valid.to_numpy(zero_copy_only=False))
+    if len(todo):
+        left = pa.array(np.isin(np.arange(len(names)), todo))
+        written = pc.replace_with_mask(written, left, pa.array([key(i) for i in todo.tolist()], pa.binary()))
+    return pc.if_else(valid, written, pa.scalar(None, pa.binary()))
 
 
 def _events(
@@ -150,7 +164,8 @@ def _events(
     names = rows.column("table").to_pylist()
     rules = {name: rules_of(tables[name]) for name in set(names)}
     op, before, after = rows.column("op"), rows.column("before"), rows.column("after")
-    before_key, after_key = _keys(rules, names, images[0], images[2]), _keys(rules, names, images[1], images[3])
+    before_key = _keys(rules, names, images[0], images[2], before.combine_chunks())
+    after_key = _keys(rules, names, images[1], images[3], after.combine_chunks())
     updated = pc.equal(op, "U")
     # A row value of a table without a key is its identity: each update removes one copy and adds one.
     keyless = pc.is_in(rows.column("table"), pa.array([n for n, r in rules.items() if r.keyless], pa.string()))

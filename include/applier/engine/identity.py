@@ -40,6 +40,7 @@ import pyarrow as pa
 
 from applier.engine.changes import arrow_type
 from applier.engine.worker_path import trim_import_caches
+from applier.intermediate import native
 from applier.intermediate.schema import Column, TableDef, decimal_precision_scale
 
 NET_OP = "__net_op"
@@ -204,6 +205,21 @@ class TableRules:
         """:meth:`key` as one function built for this table: without a canonical form to apply, two C calls."""
         decoder, fields = self._identity
         return _key_function(decoder.decode, fields)
+
+    @functools.cached_property
+    def native_keys(self) -> native.NativeRule | None:
+        """The C pass's rule for this table's identities (:func:`applier.intermediate.native.identities`).
+
+        None without the library, or for a table whose identity needs a
+        canonical form (no key: the whole row is its identity; a key column
+        of a type other than an integer, a boolean or a string).
+        """
+        plain = {"int", "bigint", "boolean", "string"}
+        if native.LIBRARY is None or not self.table.primary_key:
+            return None
+        if any(c.type not in plain for c in self._identity_columns):
+            return None
+        return native.NativeRule(self.table, (), self.table.primary_key)
 
     @functools.cached_property
     def key_of_checked(self) -> Callable[[Any], bytes]:

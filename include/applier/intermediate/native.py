@@ -1,12 +1,19 @@
-"""The C pass over row images (``imagecheck.c``), loaded with ctypes: which images it vouches for.
+"""The C passes over row images (``csrc/``), loaded with ctypes: which images they vouch for, and identities.
 
-``make setup`` compiles ``imagecheck.c`` into ``libimagecheck.so`` beside
-this module (:func:`build`). The pass reads an Arrow string column's buffers
-as they are, and finds the first row whose image it cannot vouch for: every
-row before it surely passes the spec's check of its table
-(:mod:`applier.intermediate.images`), so only that row and the rest are
-decoded in Python. Without the library (:data:`LIBRARY` None), every image is
-checked in Python, as before it existed: the verdicts are the same, only slower.
+``make setup`` compiles ``csrc/*.c`` into ``libimagecheck.so`` beside this
+module (:func:`build`). Both passes read an Arrow string column's buffers as
+they are, without making a Python object:
+
+- :func:`first_doubt` finds the first row whose image the pass cannot vouch
+  for: every row before it surely passes the spec's check of its table
+  (:mod:`applier.intermediate.images`), so only that row and the rest are
+  decoded in Python;
+- :func:`identities` writes the identity of each image whose key columns are
+  plain (integers, booleans, strings without escapes), the same bytes as
+  :meth:`applier.engine.identity.TableRules.key`, and leaves the others to it.
+
+Without the library (:data:`LIBRARY` None), all of it is done in Python, as
+before it existed: the verdicts and identities are the same, only slower.
 """
 
 from __future__ import annotations
@@ -20,10 +27,11 @@ from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from applier.intermediate.schema import TableDef, decimal_precision_scale
 
-SOURCE = Path(__file__).with_name("imagecheck.c")
+SOURCES = Path(__file__).with_name("csrc")
 LIBRARY_PATH = Path(__file__).with_name("libimagecheck.so")
 
 _TYPES = {"boolean": 0, "int": 1, "bigint": 2, "double": 3, "string": 4, "date": 5, "timestamp": 6, "binary": 7}
@@ -35,7 +43,8 @@ _OFFSETS = {pa.string(): 0, pa.large_string(): 1}
 def build(compiler: str = "cc") -> Path:
     """Compile the library beside this module (``make setup`` runs ``python -m applier.intermediate.native``)."""
     part = LIBRARY_PATH.with_suffix(f".{os.getpid()}.tmp")
-    command = [compiler, "-O2", "-Wall", "-Wextra", "-shared", "-fPIC", "-o", str(part), str(SOURCE)]
+    sources = sorted(str(path) for path in SOURCES.glob("*.c"))
+    command = [compiler, "-O2", "-Wall", "-Wextra", "-shared", "-fPIC", "-o", str(part), *sources]
     subprocess.run(command, check=True)
     os.replace(part, LIBRARY_PATH)
     return LIBRARY_PATH
@@ -44,14 +53,27 @@ def build(compiler: str = "cc") -> Path:
 def _load() -> ctypes.CDLL | None:
     if os.environ.get("APPLIER_NATIVE_CHECK") == "off" or not LIBRARY_PATH.exists():
         return None
-    library = ctypes.CDLL(str(LIBRARY_PATH))
+    try:
+        library = ctypes.CDLL(str(LIBRARY_PATH))
+        return _declared(library)
+    except (OSError, AttributeError):  # built for another version of the sources: make setup builds it again
+        return None
+
+
+def _declared(library: ctypes.CDLL) -> ctypes.CDLL:
     library.ic_rule_new.restype = ctypes.c_void_p
-    library.ic_rule_new.argtypes = [ctypes.c_int32, *[ctypes.c_char_p] * 6, ctypes.c_void_p]
+    library.ic_rule_new.argtypes = [ctypes.c_int32, *[ctypes.c_char_p] * 6, ctypes.c_void_p, ctypes.c_int32,
+                                    ctypes.c_void_p]  # fmt: skip
     library.ic_rule_free.argtypes = [ctypes.c_void_p]
     library.ic_first_doubt.restype = ctypes.c_int64
     library.ic_first_doubt.argtypes = [
         ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int32, ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64,
         ctypes.c_void_p, ctypes.c_void_p,
+    ]  # fmt: skip
+    library.ic_identities.restype = ctypes.c_int64
+    library.ic_identities.argtypes = [
+        ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int32, ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64,
+        ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p,
     ]  # fmt: skip
     return library
 
@@ -61,16 +83,19 @@ LIBRARY = _load()
 
 
 class NativeRule:
-    """One table definition's image rule in C: every column's type and nullability, which columns must be present."""
+    """One table definition's image rule in C: every column's type and nullability, which columns must be present.
 
-    def __init__(self, table: TableDef, required: Collection[str]) -> None:
+    ``keys`` names the identity's columns, in key order, for :func:`identities` (none: it writes no identity).
+    """
+
+    def __init__(self, table: TableDef, required: Collection[str], keys: Sequence[str] = ()) -> None:
         assert LIBRARY is not None
         columns = table.columns
         types = bytes(_DECIMAL if decimal_precision_scale(c.type) else _TYPES[c.type] for c in columns)
         scales = [decimal_precision_scale(c.type) or (0, 0) for c in columns]
         names = [c.name.encode() for c in columns]
         ends = np.cumsum([len(n) for n in names], dtype=np.int32)
-        self._ends = ends  # kept alive while C copies from it
+        key_columns = np.array([table.column_names.index(k) for k in keys], np.int32)
         pointer = LIBRARY.ic_rule_new(
             len(columns) if len(columns) <= _MAX_COLUMNS else -1,
             types,
@@ -80,6 +105,8 @@ class NativeRule:
             bytes(s for _, s in scales),
             b"".join(names),
             ends.ctypes.data,
+            len(key_columns),
+            key_columns.ctypes.data,
         )
         self.pointer: int | None = pointer  # None (NULL): C vouches for no image of the table
 
@@ -87,6 +114,16 @@ class NativeRule:
         if LIBRARY is not None and self.pointer:
             LIBRARY.ic_rule_free(self.pointer)
             self.pointer = None
+
+
+def _column(images: pa.Array, rules: Sequence[NativeRule]) -> tuple[list[int | None], ctypes.Array[ctypes.c_void_p]]:
+    """An Arrow string column's buffers as the C passes take them (data, offsets, wide, validity), and the rules."""
+    validity, offsets, data = images.buffers()
+    table = (ctypes.c_void_p * max(len(rules), 1))(*[r.pointer for r in rules])
+    has_nulls = validity is not None and images.null_count
+    buffers = [data.address if data is not None else None, offsets.address, _OFFSETS[images.type],
+               validity.address if has_nulls else None]  # fmt: skip
+    return buffers, table
 
 
 def first_doubt(images: pa.Array, rule_of: np.ndarray, rules: Sequence[NativeRule]) -> int:
@@ -98,25 +135,41 @@ def first_doubt(images: pa.Array, rule_of: np.ndarray, rules: Sequence[NativeRul
     """
     assert LIBRARY is not None
     count = len(images)
-    wide = _OFFSETS.get(images.type)
     if count == 0 or images.null_count == count or (rule_of < 0).all():
         return count
-    if wide is None:
+    if images.type not in _OFFSETS:
         return 0
-    validity, offsets, data = images.buffers()
-    table = (ctypes.c_void_p * max(len(rules), 1))(*[r.pointer for r in rules])
+    buffers, table = _column(images, rules)
     indices = np.ascontiguousarray(rule_of, dtype=np.int32)
-    found = LIBRARY.ic_first_doubt(
-        data.address if data is not None else None,
-        offsets.address,
-        wide,
-        validity.address if validity is not None and images.null_count else None,
-        images.offset,
-        count,
-        indices.ctypes.data,
-        table,
-    )
+    found = LIBRARY.ic_first_doubt(*buffers, images.offset, count, indices.ctypes.data, table)
     return count if found < 0 else int(found)
+
+
+def identities(images: pa.Array, rule_of: np.ndarray, rules: Sequence[NativeRule]) -> tuple[pa.Array, np.ndarray]:
+    """The identities C writes for ``images`` (binary, empty where it writes none) and which rows it wrote.
+
+    Row ``i`` follows ``rules[rule_of[i]]`` (negative: none); a row written
+    has the bytes :meth:`applier.engine.identity.TableRules.key` gives it. A
+    column that is not plain strings has none written.
+    """
+    assert LIBRARY is not None
+    count = len(images)
+    done = np.zeros(count, np.uint8)
+    if count == 0 or images.type not in _OFFSETS or images.null_count == count:
+        return pa.nulls(count, pa.binary()), done.astype(bool)
+    buffers, table = _column(images, rules)
+    offsets = np.empty(count + 1, np.int32)
+    room = int(pc.sum(pc.binary_length(images)).as_py() or 0) + 2 * count
+    if room >= 2**31:
+        return pa.nulls(count, pa.binary()), done.astype(bool)
+    data = np.empty(max(room, 1), np.uint8)
+    indices = np.ascontiguousarray(rule_of, dtype=np.int32)
+    written = LIBRARY.ic_identities(
+        *buffers, images.offset, count, indices.ctypes.data, table, offsets.ctypes.data, data.ctypes.data,
+        done.ctypes.data,
+    )  # fmt: skip
+    keys = pa.Array.from_buffers(pa.binary(), count, [None, pa.py_buffer(offsets), pa.py_buffer(data[:written])])
+    return keys, done.astype(bool)
 
 
 if __name__ == "__main__":

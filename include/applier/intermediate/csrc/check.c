@@ -1,5 +1,5 @@
 /*
- * A first pass over row images in C: is every image of a column surely right?
+ * A first pass over row images: is every image of a column surely right?
  *
  * The spec's check of an image (section 3) is made in Python with msgspec
  * (applier/intermediate/images.py): a strict decoder per table, then the
@@ -8,82 +8,14 @@
  * and answers one question: the first row whose image it cannot vouch for.
  *
  * It is conservative. It accepts an image only if the Python check surely
- * accepts it; anything unusual (an escape in a column name or in a date, a
- * number too long to judge cheaply, a duplicate column, an unknown one) is
- * "not vouched for", and the caller sends that row and the rest of the batch
- * to the Python check, which decides and words any refusal. So a doubt here
- * costs time, never a verdict.
- *
- * Built by `make setup` into a shared library loaded with ctypes
- * (applier/intermediate/native.py); it uses no Python API.
+ * accepts it; anything unusual (an escaped character in a date, a number too
+ * long to judge cheaply, a duplicate column, an unknown one) is "not vouched
+ * for", and the caller sends that row and the rest of the batch to the Python
+ * check, which decides and words any refusal. So a doubt here costs time,
+ * never a verdict.
  */
 
-#include <stddef.h>
-#include <stdint.h>
-#include <stdlib.h>
-#include <string.h>
-
-enum { T_BOOL, T_INT, T_BIGINT, T_DOUBLE, T_STRING, T_DATE, T_TIMESTAMP, T_BINARY, T_DECIMAL };
-
-#define MAX_COLUMNS 4096
-
-typedef struct {
-    const char *name;
-    int32_t length;
-    uint8_t type, nullable, required, precision, scale;
-} column_t;
-
-typedef struct {
-    int32_t count, required;
-    char *names;
-    column_t columns[];
-} rule_t;
-
-/* One table's image rule; `names` holds the column names back to back, `ends[i]` where name i ends. */
-void *ic_rule_new(int32_t count, const uint8_t *types, const uint8_t *nullable, const uint8_t *required,
-                  const uint8_t *precision, const uint8_t *scale, const char *names, const int32_t *ends) {
-    if (count < 0 || count > MAX_COLUMNS) return NULL;
-    rule_t *rule = malloc(sizeof(rule_t) + (size_t)count * sizeof(column_t));
-    if (rule == NULL) return NULL;
-    char *copy = malloc(count ? (size_t)ends[count - 1] + 1 : 1);
-    if (copy == NULL) {
-        free(rule);
-        return NULL;
-    }
-    if (count) memcpy(copy, names, (size_t)ends[count - 1]);
-    rule->names = copy;
-    rule->count = count;
-    rule->required = 0;
-    for (int32_t i = 0; i < count; i++) {
-        int32_t start = i ? ends[i - 1] : 0;
-        column_t *c = &rule->columns[i];
-        c->name = copy + start;
-        c->length = ends[i] - start;
-        c->type = types[i];
-        c->nullable = nullable[i];
-        c->required = required[i];
-        c->precision = precision[i];
-        c->scale = scale[i];
-        rule->required += required[i] ? 1 : 0;
-    }
-    return rule;
-}
-
-void ic_rule_free(void *rule) {
-    if (rule == NULL) return;
-    free(((rule_t *)rule)->names);
-    free(rule);
-}
-
-typedef struct {
-    const uint8_t *p, *end;
-} cursor_t;
-
-static inline void skip_ws(cursor_t *c) {
-    while (c->p < c->end && (*c->p == ' ' || *c->p == '\t' || *c->p == '\n' || *c->p == '\r')) c->p++;
-}
-
-static inline int is_digit(uint8_t b) { return b >= '0' && b <= '9'; }
+#include "images.h"
 
 static int literal(cursor_t *c, const char *word, size_t n) {
     if ((size_t)(c->end - c->p) < n || memcmp(c->p, word, n) != 0) return 0;
@@ -125,8 +57,8 @@ static inline int hex(uint8_t b) {
     return -1;
 }
 
-/* A JSON string (the cursor on its opening quote), any content; an escaped surrogate is not vouched for. */
-static int any_string(cursor_t *c) {
+/* Any JSON string; an escaped surrogate is not vouched for (images.h). */
+int any_string(cursor_t *c) {
     c->p++;
     while (c->p < c->end) {
         uint8_t b = *c->p;
@@ -392,8 +324,7 @@ static int32_t unescaped(const uint8_t *p, const uint8_t *end, uint8_t *out, int
     return n;
 }
 
-/* The column named by the key at the cursor: its index, or -1 (no such column, or a key not judged here). */
-static int32_t column_named(cursor_t *c, const rule_t *rule, int32_t expected) {
+int32_t column_named(cursor_t *c, const rule_t *rule, int32_t expected) {
     if (c->p >= c->end || *c->p != '"') return -1;
     const uint8_t *start = c->p + 1, *q = start;
     int escaped = 0;
@@ -472,18 +403,10 @@ int64_t ic_first_doubt(const uint8_t *data, const void *offsets, int32_t wide_of
                        int64_t first, int64_t count, const int32_t *rule_of, void *const *rules) {
     for (int64_t i = 0; i < count; i++) {
         if (rule_of[i] < 0) continue;
-        int64_t at = first + i;
-        if (validity != NULL && !((validity[at >> 3] >> (at & 7)) & 1)) continue;
-        int64_t start, stop;
-        if (wide_offsets) {
-            start = ((const int64_t *)offsets)[at];
-            stop = ((const int64_t *)offsets)[at + 1];
-        } else {
-            start = ((const int32_t *)offsets)[at];
-            stop = ((const int32_t *)offsets)[at + 1];
-        }
+        const uint8_t *start, *stop;
+        if (!image_at(data, offsets, wide_offsets, validity, first + i, &start, &stop)) continue;
         const rule_t *rule = rules[rule_of[i]];
-        if (rule == NULL || !image_ok(data + start, data + stop, rule)) return i;
+        if (rule == NULL || !image_ok(start, stop, rule)) return i;
     }
     return -1;
 }
