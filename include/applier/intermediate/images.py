@@ -26,6 +26,7 @@ from applier.intermediate import native
 from applier.intermediate.schema import Column, TableDef, value_pattern, value_type
 
 _NEEDS = {"I": (False, True), "U": (True, True), "D": (True, False), "T": (False, False)}
+_NEED_CODES = {op: 2 * before + after for op, (before, after) in _NEEDS.items()}
 _NEED_TEXT = {"I": "only an after image", "U": "both images", "D": "only a before image", "T": "no image"}
 _PATH = re.compile(r" - at `\$\.(.+)`$")
 
@@ -77,8 +78,6 @@ class ImageRules:
         every = set(table.column_names)
         self.table = table
         self._keys = set(table.primary_key) or every
-        self.quick_after = _decoder(table, every, quick=True)
-        self.quick_before = _decoder(table, self._keys, quick=True)
         patterns = ((f"c{i}", value_pattern(c.type)) for i, c in enumerate(table.columns))
         self.patterns = tuple((field, pattern) for field, pattern in patterns if pattern is not None)
 
@@ -87,6 +86,14 @@ class ImageRules:
     def of(table: TableDef) -> ImageRules:
         """The rules of a definition, built once per process (building costs more than checking a small pair)."""
         return ImageRules(table)
+
+    @functools.cached_property
+    def quick_after(self) -> msgspec.json.Decoder[Any]:
+        return _decoder(self.table, set(self.table.column_names), quick=True)
+
+    @functools.cached_property
+    def quick_before(self) -> msgspec.json.Decoder[Any]:
+        return _decoder(self.table, self._keys, quick=True)
 
     @functools.cached_property
     def native(self) -> tuple[native.NativeRule, native.NativeRule]:
@@ -188,7 +195,7 @@ def check_rows(
     :func:`check_images` words it.
     """
     if arrays is not None and native.LIBRARY is not None:
-        start = vouched(keys, ops, befores, afters, rules_of, arrays)
+        start = vouched(keys, ops, rules_of, arrays)
         if start == len(ops):
             return Checked(None)
         rest = check_rows(keys[start:], ops[start:], befores[start:], afters[start:], rules_of)
@@ -244,8 +251,8 @@ def check_rows(
 
 
 def vouched(
-    keys: Sequence[Hashable], ops: Sequence[str], befores: Sequence[Any], afters: Sequence[Any],
-    rules_of: Callable[[Any], ImageRules | None], arrays: tuple[pa.Array, pa.Array],
+    keys: Sequence[Hashable], ops: Sequence[str], rules_of: Callable[[Any], ImageRules | None],
+    arrays: tuple[pa.Array, pa.Array],
 ) -> int:  # fmt: skip
     """How many rows, from the first, surely pass their checks: the images each op needs, and the C pass's word.
 
@@ -254,23 +261,21 @@ def vouched(
     pass does not vouch for (:func:`applier.intermediate.native.first_doubt`).
     """
     count = len(ops)
-    found: dict[Hashable, int] = {}
     rules: list[native.NativeRule] = []
-    before_rule, after_rule = np.full(count, -1, np.int32), np.full(count, -1, np.int32)
-    for i, (key, op, before, after) in enumerate(zip(keys, ops, befores, afters, strict=True)):
-        at = found.get(key)
-        if at is None:
-            table_rules = rules_of(key)
-            at = found[key] = -1 if table_rules is None else len(rules)
-            if table_rules is not None:
-                rules.extend(table_rules.native)
-        if at < 0:
-            continue
-        wants_before, wants_after = _NEEDS[op]
-        if (before is not None) != wants_before or (after is not None) != wants_after:
-            count = i
-            break
-        after_rule[i], before_rule[i] = at, at + 1
+    at: dict[Hashable, int] = {}
+    for key in dict.fromkeys(keys):  # each key once, in a C loop
+        table_rules = rules_of(key)
+        at[key] = -1 if table_rules is None else len(rules)
+        if table_rules is not None:
+            rules.extend(table_rules.native)
+    after_rule = np.fromiter(map(at.__getitem__, keys), np.int32, count)
+    checked = after_rule >= 0
+    needs = np.fromiter(map(_NEED_CODES.__getitem__, ops), np.int8, count)
+    has = arrays[0].is_valid().to_numpy(zero_copy_only=False) * 2 + arrays[1].is_valid().to_numpy(zero_copy_only=False)
+    wrong = np.flatnonzero(checked & (has != needs))
+    if len(wrong):
+        count = int(wrong[0])
+    before_rule = np.where(checked, after_rule + 1, -1).astype(np.int32)
     if not rules:
         return count
     count = native.first_doubt(arrays[1].slice(0, count), after_rule[:count], rules)
@@ -288,10 +293,18 @@ def check_images(data: pa.Table, tables: dict[str, TableDef]) -> None:
     Raises:
         ImageProblem: naming the first wrong row (lsn, xid, table) and what is wrong.
     """
-    names, ops, befores, afters = (data[c].to_pylist() for c in ("table", "op", "before", "after"))
+    names, ops = data["table"].to_pylist(), data["op"].to_pylist()
     arrays = (data["before"].combine_chunks(), data["after"].combine_chunks())
-    wrong = check_rows(names, ops, befores, afters, lambda name: ImageRules.of(tables[name]), arrays).problem
+
+    def rules_of(name: str) -> ImageRules:
+        return ImageRules.of(tables[name])
+
+    start = vouched(names, ops, rules_of, arrays) if native.LIBRARY is not None else 0
+    if start == len(ops):
+        return
+    befores, afters = (array.slice(start).to_pylist() for array in arrays)
+    wrong = check_rows(names[start:], ops[start:], befores, afters, rules_of).problem
     if wrong is not None:
-        i, e = wrong
+        i, e = wrong[0] + start, wrong[1]
         lsn, xid = data["lsn"][i].as_py(), data["xid"][i].as_py()
         raise ImageProblem(e.code, f"row lsn {lsn} (xid {xid}, table {names[i]}) {e.detail}")
