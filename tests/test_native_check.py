@@ -154,6 +154,14 @@ def test_vouches_for_no_image_the_python_check_refuses(table: TableDef, after: b
     # Both verdicts occur, and the C pass vouches for most good images (else it saves nothing).
     assert 0.2 < sum(accepted) / len(texts) < 0.8
     assert sum(vouched) > 0.6 * sum(accepted)
+    if after:  # the images that pass parse in C to the values Python gives them
+        from applier.engine.identity import rules_of
+
+        good = [t for t, ok in zip(texts, accepted, strict=True) if ok]
+        parsed = native.parse(pa.array(good, pa.string()), rules_of(table)._native_parse, table.columns)
+        assert parsed is not None
+        python = rules_of(table).parse(good)
+        assert all(_same(a, b) for a, b in zip(parsed, python, strict=True))
 
 
 @pytest.mark.parametrize("type_name", sorted(GOOD))
@@ -278,3 +286,66 @@ def test_no_identities_in_c_for_keys_that_need_a_canonical_form() -> None:
     decimal_key = TableDef("s.d", (Column("k", "decimal(10,2)", False),), ("k",))
     assert rules_of(decimal_key).native_keys is None  # "1.5" and "1.50" are one identity: Python's canonical form
     assert rules_of(KEYLESS).native_keys is None
+
+
+def _same(a: pa.Array, b: pa.Array) -> bool:
+    """Equal values and types, two NaNs equal, -0.0 and 0.0 apart."""
+
+    def norm(v: object) -> object:
+        return repr(v) if isinstance(v, float) else v
+
+    return a.type == b.type and [norm(v) for v in a.to_pylist()] == [norm(v) for v in b.to_pylist()]
+
+
+def test_final_images_parse_in_c_to_the_python_values() -> None:
+    from applier.engine.identity import rules_of
+
+    rng = random.Random(3)
+    extra = {
+        "double": [-0.0, 12345678901234567890123, 1e300, -1e-300, "-Infinity", 0.1, 2.5e-320],
+        "string": ["é\u2028", "\\u0041", "a\\/b"],
+        "timestamp": ["0001-01-01T00:00:00Z", "9999-12-31T23:59:59.999999Z", "1969-12-31T23:59:59.5Z",
+                      "1900-03-01T12:34:56.000001Z"],
+        "date": ["1969-12-31", "1600-02-29", "0004-02-29"],
+        "binary": ["QR==", "QUJ=", "AAAA" * 50],
+        "decimal(38,10)": ["-99999999999999999999999999.9999999999", "0.00000000010000", "-0"],
+    }  # fmt: skip
+    images = []
+    for _ in range(2000):
+        row = {}
+        for c in TABLE.columns:
+            if rng.random() < 0.1:
+                continue  # a column missing from the image: null
+            pool = GOOD[c.type] + extra.get(c.type, [])
+            row[c.name] = None if c.nullable and rng.random() < 0.15 else rng.choice(pool)
+        images.append(_text(rng, row))
+    column = pa.array(["{}", *images], pa.string()).slice(1)
+    rules = rules_of(TABLE)
+    python = rules.parse(column.to_pylist())
+    parsed = native.parse(column, rules._native_parse, TABLE.columns)
+    assert parsed is not None
+    for c, a, b in zip(TABLE.columns, parsed, python, strict=True):
+        assert _same(a, b), c.name
+    assert all(_same(a, b) for a, b in zip(rules.parse_column(column), python, strict=True))
+
+
+def test_final_images_c_does_not_expect_are_parsed_in_python() -> None:
+    from applier.engine.identity import rules_of
+
+    rules = rules_of(PLAIN)
+    texts = ['{"k1": 1, "k2": "a", "k1": 3}', '{"k1": 2, "k2": "\\ud83d\\ude00", "flag": true}']
+    column = pa.array(texts, pa.string())
+    assert native.parse(column, rules._native_parse, PLAIN.columns) is None  # k1 named twice: msgspec keeps the last
+    assert native.parse(column.slice(1), rules._native_parse, PLAIN.columns) is not None  # a surrogate pair
+    parsed = rules.parse_column(column)
+    assert parsed[1].to_pylist() == ["a", "😀"] and parsed[3].to_pylist() == [3, 2]
+    assert parsed[4].to_pylist() == [None, True]
+
+
+def test_no_final_images_parse_to_empty_typed_columns() -> None:
+    from applier.engine.changes import arrow_type
+    from applier.engine.identity import rules_of
+
+    parsed = rules_of(TABLE).parse_column(pa.array([], pa.string()))
+    assert [a.type for a in parsed] == [arrow_type(c.type) for c in TABLE.columns]
+    assert all(len(a) == 0 for a in parsed)

@@ -240,6 +240,17 @@ class TableRules:
             return lambda row: (getattr(row, fields[0]),)
         return operator.attrgetter(*fields)
 
+    @functools.cached_property
+    def _native_parse(self) -> native.NativeRule | None:
+        return None if native.LIBRARY is None else native.NativeRule(self.table, ())
+
+    def parse_column(self, images: pa.Array) -> list[pa.Array]:
+        """The typed columns of an Arrow column of images: parsed in C (:func:`applier.intermediate.native.parse`),
+        or here when C leaves them to Python."""
+        rule = self._native_parse
+        parsed = None if rule is None else native.parse(images, rule, self.table.columns)
+        return parsed if parsed is not None else self.parse(images.to_pylist())
+
     def parse(self, images: Sequence[str]) -> list[pa.Array]:
         """The typed columns of ``images`` (a column missing from an image is null)."""
         decode = self._full.decode
@@ -269,16 +280,17 @@ def final_table(rules: TableRules, truncated: bool, rows: pa.Table) -> pa.Table:
         A keyless table: its columns then :data:`COUNT`, one row per value whose
         count is not 0.
     """
-    present, images, counts = (rows.column(c).to_pylist() for c in ("present", "image", "n"))
+    present, counts = (rows.column(c).to_pylist() for c in ("present", "n"))
+    images = rows.column("image")
     if rules.keyless:
         keep = [i for i, n in enumerate(counts) if n]
-        columns = rules.parse([images[i] for i in keep])
+        columns = rules.parse_column(images.take(pa.array(keep, pa.int64())).combine_chunks())
         names = [*rules.table.column_names, COUNT]
         return pa.Table.from_arrays([*columns, pa.array([counts[i] for i in keep], pa.int64())], names=names)
     existed = [bool(e) and not truncated for e in rows.column("existed").to_pylist()]
     keep = [i for i, (e, p) in enumerate(zip(existed, present, strict=True)) if e or p]
     ops = ["D" if not present[i] else "U" if existed[i] else "I" for i in keep]
-    columns = rules.parse([images[i] for i in keep])
+    columns = rules.parse_column(images.take(pa.array(keep, pa.int64())).combine_chunks())
     return pa.Table.from_arrays([pa.array(ops, pa.string()), *columns], names=[NET_OP, *rules.table.column_names])
 
 

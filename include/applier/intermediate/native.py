@@ -29,7 +29,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from applier.intermediate.schema import TableDef, decimal_precision_scale
+from applier.intermediate.schema import Column, TableDef, decimal_precision_scale
 
 SOURCES = Path(__file__).with_name("csrc")
 LIBRARY_PATH = Path(__file__).with_name("libimagecheck.so")
@@ -44,7 +44,7 @@ def build(compiler: str = "cc") -> Path:
     """Compile the library beside this module (``make setup`` runs ``python -m applier.intermediate.native``)."""
     part = LIBRARY_PATH.with_suffix(f".{os.getpid()}.tmp")
     sources = sorted(str(path) for path in SOURCES.glob("*.c"))
-    command = [compiler, "-O2", "-Wall", "-Wextra", "-shared", "-fPIC", "-o", str(part), *sources]
+    command = [compiler, "-O2", "-Wall", "-Wextra", "-shared", "-fPIC", "-o", str(part), *sources, "-lm"]
     subprocess.run(command, check=True)
     os.replace(part, LIBRARY_PATH)
     return LIBRARY_PATH
@@ -69,6 +69,11 @@ def _declared(library: ctypes.CDLL) -> ctypes.CDLL:
     library.ic_first_doubt.argtypes = [
         ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int32, ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64,
         ctypes.c_void_p, ctypes.c_void_p,
+    ]  # fmt: skip
+    library.ic_parse.restype = ctypes.c_int32
+    library.ic_parse.argtypes = [
+        ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int32, ctypes.c_int64, ctypes.c_int64, ctypes.c_void_p,
+        ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64, ctypes.c_void_p,
     ]  # fmt: skip
     library.ic_identities.restype = ctypes.c_int64
     library.ic_identities.argtypes = [
@@ -174,3 +179,48 @@ def identities(images: pa.Array, rule_of: np.ndarray, rules: Sequence[NativeRule
 
 if __name__ == "__main__":
     print(build(*sys.argv[1:]))
+
+
+_WIDTHS = {"boolean": 1, "int": 4, "date": 4, "bigint": 8, "double": 8, "timestamp": 8, "string": 0, "binary": 0}
+
+
+def parse(images: pa.Array, rule: NativeRule, columns: Sequence[Column]) -> list[pa.Array] | None:
+    """``images`` parsed in C into the typed columns of ``rule``'s table (``columns``, its definition's); None
+    when C leaves them to Python (a null image, or one it does not expect)."""
+    from applier.engine.changes import arrow_type
+
+    assert LIBRARY is not None
+    count = len(images)
+    if images.null_count or images.type not in _OFFSETS or not rule.pointer:
+        return None
+    widths = [16 if decimal_precision_scale(c.type) else _WIDTHS[c.type] for c in columns]
+    values: list[np.ndarray | None] = [np.zeros(count * w, np.uint8) if w else None for w in widths]
+    offsets: list[np.ndarray | None] = [None if w else np.empty(count + 1, np.int32) for w in widths]
+    valid: list[np.ndarray | None] = [np.zeros(count, np.uint8) for _ in columns]
+    room = max(int(pc.sum(pc.binary_length(images)).as_py() or 0), 1)
+    out, starts = np.empty(room, np.uint8), np.zeros(len(columns), np.int64)
+
+    def pointers(arrays: list[np.ndarray | None]) -> ctypes.Array[ctypes.c_void_p]:
+        return (ctypes.c_void_p * max(len(arrays), 1))(*[None if a is None else a.ctypes.data for a in arrays])
+
+    source, _ = _column(images, [])
+    failed = LIBRARY.ic_parse(
+        source[0], source[1], source[2], images.offset, count, rule.pointer, pointers(values), pointers(offsets),
+        pointers(valid), out.ctypes.data, room, starts.ctypes.data,
+    )  # fmt: skip
+    if failed:
+        return None
+    arrays = []
+    for column, fixed, ends, present, start in zip(columns, values, offsets, valid, starts.tolist(), strict=True):
+        assert present is not None
+        valid_count = int(present.sum())
+        validity = None if valid_count == count else pa.py_buffer(np.packbits(present, bitorder="little"))
+        if ends is not None:
+            data = pa.py_buffer(out[start : start + int(ends[-1])])
+            buffers = [validity, pa.py_buffer(ends), data]
+        elif fixed is not None and column.type == "boolean":
+            buffers = [validity, pa.py_buffer(np.packbits(fixed, bitorder="little"))]
+        else:
+            buffers = [validity, pa.py_buffer(fixed)]
+        arrays.append(pa.Array.from_buffers(arrow_type(column.type), count, buffers, null_count=count - valid_count))
+    return arrays

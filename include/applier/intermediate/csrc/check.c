@@ -50,12 +50,6 @@ static int utf8_sequence(cursor_t *c) {
     return 0;
 }
 
-static inline int hex(uint8_t b) {
-    if (b >= '0' && b <= '9') return b - '0';
-    if (b >= 'a' && b <= 'f') return b - 'a' + 10;
-    if (b >= 'A' && b <= 'F') return b - 'A' + 10;
-    return -1;
-}
 
 /* Any JSON string; an escaped surrogate is not vouched for (images.h). */
 int any_string(cursor_t *c) {
@@ -74,12 +68,22 @@ int any_string(cursor_t *c) {
                 if (c->end - c->p < 6) return 0;
                 int code = 0;
                 for (int i = 2; i < 6; i++) {
-                    int h = hex(c->p[i]);
+                    int h = hex_digit(c->p[i]);
                     if (h < 0) return 0;
                     code = code * 16 + h;
                 }
-                if (code >= 0xD800 && code <= 0xDFFF) return 0;
                 c->p += 6;
+                if (code >= 0xD800 && code <= 0xDFFF) { /* a high surrogate, then a low one, or no verdict */
+                    if (code > 0xDBFF || c->end - c->p < 6 || c->p[0] != '\\' || c->p[1] != 'u') return 0;
+                    int low = 0;
+                    for (int i = 2; i < 6; i++) {
+                        int h = hex_digit(c->p[i]);
+                        if (h < 0) return 0;
+                        low = low * 16 + h;
+                    }
+                    if (low < 0xDC00 || low > 0xDFFF) return 0;
+                    c->p += 6;
+                }
             } else if (e == '"' || e == '\\' || e == '/' || e == 'b' || e == 'f' || e == 'n' || e == 'r' || e == 't') {
                 c->p += 2;
             } else {
@@ -296,7 +300,7 @@ static int32_t unescaped(const uint8_t *p, const uint8_t *end, uint8_t *out, int
             } else if (e == 'u' && end - p >= 6) {
                 code = 0;
                 for (int i = 2; i < 6; i++) {
-                    int h = hex(p[i]);
+                    int h = hex_digit(p[i]);
                     if (h < 0) return -1;
                     code = code * 16 + (uint32_t)h;
                 }

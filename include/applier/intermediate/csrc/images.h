@@ -43,6 +43,13 @@ static inline void skip_ws(cursor_t *c) {
 
 static inline int is_digit(uint8_t b) { return b >= '0' && b <= '9'; }
 
+static inline int hex_digit(uint8_t b) {
+    if (b >= '0' && b <= '9') return b - '0';
+    if (b >= 'a' && b <= 'f') return b - 'a' + 10;
+    if (b >= 'A' && b <= 'F') return b - 'A' + 10;
+    return -1;
+}
+
 /* A JSON string at the cursor (on its opening quote), any content; 0 for one not vouched for. */
 int any_string(cursor_t *c);
 
