@@ -348,4 +348,4 @@ def test_a_batchs_texts_are_views_of_its_values_nulls_and_slices_included() -> N
             texts = _texts(column.slice(start, length))
             as_text = [t if t is None or isinstance(t, str) else bytes(t).decode() for t in texts]
             assert as_text == values[start : start + length]
-        assert _texts(pa.array([None, None], kind)) == [None, None]
+        assert list(_texts(pa.array([None, None], kind))) == [None, None]

@@ -44,8 +44,12 @@ GOOD = {
     "double": [0, 1.5, -2.25e-7, 1e99, "NaN", "Infinity", "-Infinity", 3, 1.5e300, -2e-300, 5e-324],
     "string": ["", "plain", 'quote " and \\ back', "tab\tnewline\n", "ünïcödé ✓ 😀", "\x7f", "\u0001", "NaN"],
     "date": ["2024-02-29", "2000-02-29", "0001-01-01", "9999-12-31", "2023-04-30", "1900-02-28"],
-    "timestamp": ["2026-11-26T18:00:00Z", "2026-11-26T18:00:00.1Z", "1970-01-01T00:00:00.123456Z",
-                  "2024-02-29T23:59:59.999999Z"],
+    "timestamp": [
+        "2026-11-26T18:00:00Z",
+        "2026-11-26T18:00:00.1Z",
+        "1970-01-01T00:00:00.123456Z",
+        "2024-02-29T23:59:59.999999Z",
+    ],
     "binary": ["", "AA==", "AAE=", "AAEC", "////", "+/+/AQ=="],
     "decimal(10,2)": ["0", "-0.5", "12345678.99", "007.10", "1.2000", "-00000000.00", "99999999"],
     "decimal(5,0)": ["0", "12345", "-1", "000012345", "7.000", "5."[:1]],
@@ -58,10 +62,27 @@ BAD = {
     "bigint": [2**63, -(2**63) - 1, 10**19, 1.5, "5"],
     "double": ["nan", "inf", "1.5", True, [1]],
     "string": [1, True, {"a": 1}],
-    "date": ["2023-02-29", "1900-02-29", "2024-13-01", "2024-00-10", "2024-04-31", "24-01-01", "2024-1-01",
-             "2024-01-01\n", "2024-01-01T00:00:00Z", 20240101],
-    "timestamp": ["2026-11-26T18:00:00", "2026-11-26T24:00:00Z", "2026-11-26T18:60:00Z", "2026-11-26T18:00:00.Z",
-                  "2026-11-26T18:00:00.1234567Z", "2026-11-26 18:00:00Z", "2026-11-26T18:00:00+00:00"],
+    "date": [
+        "2023-02-29",
+        "1900-02-29",
+        "2024-13-01",
+        "2024-00-10",
+        "2024-04-31",
+        "24-01-01",
+        "2024-1-01",
+        "2024-01-01\n",
+        "2024-01-01T00:00:00Z",
+        20240101,
+    ],
+    "timestamp": [
+        "2026-11-26T18:00:00",
+        "2026-11-26T24:00:00Z",
+        "2026-11-26T18:60:00Z",
+        "2026-11-26T18:00:00.Z",
+        "2026-11-26T18:00:00.1234567Z",
+        "2026-11-26 18:00:00Z",
+        "2026-11-26T18:00:00+00:00",
+    ],
     "binary": ["A", "AA=", "AAE", "A===", "AA=A", "AA-_", "AA\n=="],
     "decimal(10,2)": ["1.005", "123456789.0", "1e3", "+1", ".5", "1.", "--1", "NaN", 1.5],
     "decimal(5,0)": ["123456", "1.5", "0.01"],
@@ -102,7 +123,7 @@ def _mutate(rng: random.Random, text: str) -> str:
         at = rng.randrange(len(chars) + 1)
         action = rng.random()
         if action < 0.3 and chars:
-            chars[min(at, len(chars) - 1)] = rng.choice(string.printable + "\\\"{}[],:ü\x00")
+            chars[min(at, len(chars) - 1)] = rng.choice(string.printable + '\\"{}[],:ü\x00')
         elif action < 0.5 and chars:
             del chars[min(at, len(chars) - 1)]
         elif action < 0.7:
@@ -277,7 +298,7 @@ def test_identities_are_the_python_identities_byte_for_byte() -> None:
     rule_of = np.zeros(len(column), np.int32)
     _, done = native.identities(column, rule_of, [rules["s.plain"].native_keys])
     assert 0.3 * len(column) < done.sum() < column.is_valid().true_count  # many in C, those with escapes in Python
-    assert python[2] == b"[0,\"z\"]"
+    assert python[2] == b'[0,"z"]'
 
 
 def test_no_identities_in_c_for_keys_that_need_a_canonical_form() -> None:
@@ -349,3 +370,35 @@ def test_no_final_images_parse_to_empty_typed_columns() -> None:
     parsed = rules_of(TABLE).parse_column(pa.array([], pa.string()))
     assert [a.type for a in parsed] == [arrow_type(c.type) for c in TABLE.columns]
     assert all(len(a) == 0 for a in parsed)
+
+
+def test_salts_are_zlib_crc32_modulo_the_spread() -> None:
+    import zlib
+
+    rng = random.Random(5)
+    keys = [rng.randbytes(rng.randrange(0, 40)) for _ in range(5000)]
+    spread = np.array([rng.choice([0, 1, 2, 7, 64]) for _ in keys], np.int32)
+    column = pa.array([b"x", *keys], pa.binary()).slice(1)
+    expected = [zlib.crc32(k) % s if s > 1 else 0 for k, s in zip(keys, spread.tolist(), strict=True)]
+    assert native.salts(column, spread).tolist() == expected
+
+
+def test_events_are_the_same_with_the_c_passes_and_without(monkeypatch: pytest.MonkeyPatch) -> None:
+    from applier.engine.events import event_batch
+
+    rng = random.Random(9)
+    rows = []
+    for i in range(3000):
+        op = rng.choice("IUUD")
+        image = _image(rng, TABLE) | {"id": rng.randrange(500)}
+        after = _text(rng, image) if op in "IU" else None
+        before = _text(rng, {"id": rng.randrange(500)}) if op in "UD" else None
+        rows.append({"lsn": i + 1, "xid": f"t{i // 3}", "table": TABLE.name, "op": op, "before": before,
+                     "after": after, "commit_lsn": 10_000 + i // 3, "seq": 1})  # fmt: skip
+    batch = pa.RecordBatch.from_pylist(rows)
+    tables, checks = {TABLE.name: TABLE}, {1: {TABLE.name: TABLE}}
+    with_c = event_batch(batch, tables, {}, {TABLE.name: 5}, (10_500,), checks)
+    monkeypatch.setattr(native, "LIBRARY", None)
+    without = event_batch(batch, tables, {}, {TABLE.name: 5}, (10_500,), checks)
+    assert with_c.equals(without)
+    assert len(set(with_c.column("salt").to_pylist())) == 5

@@ -17,6 +17,7 @@ whole batch, whatever the number of tables in it.
 
 from __future__ import annotations
 
+import functools
 import itertools
 import zlib
 from collections.abc import Iterable, Iterator, Mapping, Sequence
@@ -59,7 +60,7 @@ FOLD_BYTES = 64 * 1024 * 1024
 """Events an executor holds before it folds them and passes them on (:func:`event_batches`)."""
 
 
-Images = tuple[list[Any], list[Any], list[Any] | None, list[Any] | None]
+Images = tuple[Sequence[Any], Sequence[Any], list[Any] | None, list[Any] | None]
 """A batch's images as Python values: before and after texts (:func:`_texts`), those the check decoded (or None)."""
 
 
@@ -88,12 +89,34 @@ def _checked(batch: pa.RecordBatch, tables: Mapping[str, TableDef], checks: Pair
     return befores, afters, checked.befores, checked.afters
 
 
-def _texts(column: pa.Array) -> list[memoryview | None]:
+class _Texts(Sequence[memoryview | None]):
+    """:func:`_texts` of a column, each made when asked for: with the C passes, few rows are read in Python."""
+
+    def __init__(self, column: pa.Array) -> None:
+        self.column = column
+
+    def __len__(self) -> int:
+        return len(self.column)
+
+    @functools.cached_property
+    def _all(self) -> list[memoryview | None]:
+        return _eager_texts(self.column)
+
+    def __getitem__(self, i: Any) -> Any:
+        return self._all[i]
+
+
+def _texts(column: pa.Array) -> Sequence[memoryview | None]:
     """A string column's values as views of its buffer, None for null: msgspec reads a view as it reads a ``str``.
 
     Making a ``str`` of each image (a copy, and a scan of its UTF-8) and reading
-    it back took longer than decoding the image from the view.
+    it back took longer than decoding the image from the view. With the C
+    passes built, the views are made only if a row is read in Python.
     """
+    return _Texts(column) if native.LIBRARY is not None else _eager_texts(column)
+
+
+def _eager_texts(column: pa.Array) -> list[memoryview | None]:
     count = len(column)
     if column.null_count == count:
         return [None] * count
@@ -125,7 +148,11 @@ def _eventful(rows: pa.RecordBatch, truncates: Mapping[str, tuple[int, int]]) ->
 
 
 def _keys(
-    rules: Mapping[str, TableRules], names: list[str], images: list[Any], decoded: list[Any] | None, column: pa.Array
+    rules: Mapping[str, TableRules],
+    names: list[str],
+    images: Sequence[Any],
+    decoded: list[Any] | None,
+    column: pa.Array,
 ) -> pa.Array:
     """Each image's identity by its own table's rules (null for no image).
 
@@ -140,7 +167,7 @@ def _keys(
         return None if image is None else key_of[names[i]](image) if row is None else checked[names[i]](row)
 
     plain = {name: r.native_keys for name, r in rules.items() if r.native_keys is not None}
-    if not plain:
+    if not plain or native.LIBRARY is None:
         return pa.array([key(i) for i in range(len(names))], pa.binary())
     at = {name: i for i, name in enumerate(plain)}
     rule_of = np.array([at.get(name, -1) for name in names], np.int32)
@@ -182,7 +209,12 @@ def _events(
         taken, table = pc.filter(key, mask), pc.filter(rows.column("table"), mask)
         position = pc.filter(commit_lsn, mask), pc.filter(rows.column("lsn"), mask)
         n = len(taken)
-        if spread:
+        if spread and native.LIBRARY is not None:
+            busy = pc.index_in(table, value_set=pa.array(list(spread), pa.string())).fill_null(-1).to_numpy()
+            spreads = np.append(np.array(list(spread.values()), np.int32), np.int32(0))[busy]
+            salts = pa.array(native.salts(taken.combine_chunks() if isinstance(taken, pa.ChunkedArray) else taken,
+                                          spreads))  # fmt: skip
+        elif spread:
             by = zip(table.to_pylist(), taken.to_pylist(), strict=True)
             salts = pa.array([zlib.crc32(k) % spread[t] if t in spread else 0 for t, k in by], pa.int32())
         else:
@@ -245,8 +277,13 @@ def event_batch(
     keep = _eventful(batch, truncates)
     if keep.true_count < batch.num_rows:
         at = np.flatnonzero(keep.to_numpy(zero_copy_only=False)).tolist()  # a list is indexed by numpy ints 5x slower
-        images = tuple(None if values is None else [values[i] for i in at] for values in images)  # type: ignore[assignment]
         batch = batch.filter(keep)
+        if isinstance(images[0], _Texts):
+            texts: list[Sequence[Any]] = [_texts(batch.column(c)) for c in ("before", "after")]
+        else:
+            texts = [[v[i] for i in at] for v in images[:2]]
+        decoded = [None if v is None else [v[i] for i in at] for v in images[2:]]
+        images = (*texts, *decoded)  # type: ignore[assignment]
     rows = pa.Table.from_batches([batch])
     events = _events(rows, images, tables, spreads or {}, bounds) if rows.num_rows else EVENT_SCHEMA.empty_table()
     return pa.RecordBatch.from_arrays([column.combine_chunks() for column in events.columns], schema=EVENT_SCHEMA)

@@ -248,7 +248,7 @@ class TableRules:
         """The typed columns of an Arrow column of images: parsed in C (:func:`applier.intermediate.native.parse`),
         or here when C leaves them to Python."""
         rule = self._native_parse
-        parsed = None if rule is None else native.parse(images, rule, self.table.columns)
+        parsed = None if rule is None or native.LIBRARY is None else native.parse(images, rule, self.table.columns)
         return parsed if parsed is not None else self.parse(images.to_pylist())
 
     def parse(self, images: Sequence[str]) -> list[pa.Array]:

@@ -75,6 +75,8 @@ def _declared(library: ctypes.CDLL) -> ctypes.CDLL:
         ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int32, ctypes.c_int64, ctypes.c_int64, ctypes.c_void_p,
         ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64, ctypes.c_void_p,
     ]  # fmt: skip
+    library.ic_salts.restype = None
+    library.ic_salts.argtypes = [ctypes.c_void_p] * 2 + [ctypes.c_int64] * 2 + [ctypes.c_void_p] * 2
     library.ic_identities.restype = ctypes.c_int64
     library.ic_identities.argtypes = [
         ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int32, ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64,
@@ -224,3 +226,16 @@ def parse(images: pa.Array, rule: NativeRule, columns: Sequence[Column]) -> list
             buffers = [validity, pa.py_buffer(fixed)]
         arrays.append(pa.Array.from_buffers(arrow_type(column.type), count, buffers, null_count=count - valid_count))
     return arrays
+
+
+def salts(keys: pa.Array, spread: np.ndarray) -> np.ndarray:
+    """``zlib.crc32(key) % spread[i]`` for each identity whose ``spread[i]`` exceeds 1, else 0 (int32)."""
+    assert LIBRARY is not None and keys.type == pa.binary() and not keys.null_count
+    count = len(keys)
+    out = np.zeros(count, np.int32)
+    if count:
+        _, offsets, data = keys.buffers()
+        spread = np.ascontiguousarray(spread, np.int32)
+        address = data.address if data is not None else None
+        LIBRARY.ic_salts(address, offsets.address, keys.offset, count, spread.ctypes.data, out.ctypes.data)
+    return out
