@@ -9,7 +9,7 @@ export PYSPARK_PYTHON := $(BIN)/python
 
 .PHONY: setup demo airflow test test-fast lint clean
 
-NATIVE := include/applier/intermediate/libimagecheck.so
+NATIVE := include/applier/intermediate/libimages.so
 setup: $(VENV)/.installed $(NATIVE)
 
 # Reinstall when the pins change. pyspark and pyspark-client share one package

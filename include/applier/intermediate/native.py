@@ -1,6 +1,6 @@
 """The C passes over row images (``csrc/``), loaded with ctypes: which images they vouch for, and identities.
 
-``make setup`` compiles ``csrc/*.c`` into ``libimagecheck.so`` beside this
+``make setup`` compiles ``csrc/*.c`` into ``libimages.so`` beside this
 module (:func:`build`). Both passes read an Arrow string column's buffers as
 they are, without making a Python object:
 
@@ -32,11 +32,11 @@ import pyarrow.compute as pc
 from applier.intermediate.schema import Column, TableDef, decimal_precision_scale
 
 SOURCES = Path(__file__).with_name("csrc")
-LIBRARY_PATH = Path(__file__).with_name("libimagecheck.so")
+LIBRARY_PATH = Path(__file__).with_name("libimages.so")
 
 _TYPES = {"boolean": 0, "int": 1, "bigint": 2, "double": 3, "string": 4, "date": 5, "timestamp": 6, "binary": 7}
 _DECIMAL = 8
-_MAX_COLUMNS = 4096  # as imagecheck.c's MAX_COLUMNS: a wider table's images are all left to Python
+_MAX_COLUMNS = 4096  # as csrc/images.h's MAX_COLUMNS: a wider table's images are all left to Python
 _OFFSETS = {pa.string(): 0, pa.large_string(): 1}
 
 
