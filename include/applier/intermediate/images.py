@@ -6,6 +6,11 @@ built from its table's definition: a JSON object, every column present in an
 for a table without a primary key), no unknown columns, and every value of
 its column's type. msgspec does this in C, some ten times faster than
 checking parsed JSON in Python, which matters at millions of rows.
+
+Given the images' Arrow columns too, :func:`check_rows` first asks the C pass
+(:mod:`applier.intermediate.native`) which rows it vouches for: those are
+not decoded at all, and the rest are checked here, which decides and words
+any refusal.
 """
 
 from __future__ import annotations

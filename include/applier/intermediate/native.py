@@ -10,7 +10,11 @@ they are, without making a Python object:
   decoded in Python;
 - :func:`identities` writes the identity of each image whose key columns are
   plain (integers, booleans, strings without escapes), the same bytes as
-  :meth:`applier.engine.identity.TableRules.key`, and leaves the others to it.
+  :meth:`applier.engine.identity.TableRules.key`, and leaves the others to it;
+- :func:`parse` parses a table's final images into its typed Arrow columns,
+  the values :meth:`applier.engine.identity.TableRules.parse` gives, or leaves
+  the whole chunk to it;
+- :func:`salts` is ``zlib.crc32`` of each identity modulo its table's spread.
 
 Without the library (:data:`LIBRARY` None), all of it is done in Python, as
 before it existed: the verdicts and identities are the same, only slower.
@@ -51,7 +55,7 @@ def build(compiler: str = "cc") -> Path:
 
 
 def _load() -> ctypes.CDLL | None:
-    if os.environ.get("APPLIER_NATIVE_CHECK") == "off" or not LIBRARY_PATH.exists():
+    if os.environ.get("APPLIER_NATIVE") == "off" or not LIBRARY_PATH.exists():
         return None
     try:
         library = ctypes.CDLL(str(LIBRARY_PATH))
@@ -86,7 +90,7 @@ def _declared(library: ctypes.CDLL) -> ctypes.CDLL:
 
 
 LIBRARY = _load()
-"""The loaded library; None when not built (or ``APPLIER_NATIVE_CHECK=off``): images are then checked in Python."""
+"""The loaded library; None when not built (or ``APPLIER_NATIVE=off``): images are then read in Python only."""
 
 
 class NativeRule:
