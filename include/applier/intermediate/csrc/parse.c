@@ -74,7 +74,12 @@ static int decimal_value(const uint8_t *p, const uint8_t *end, int scale, __int1
     int negative = p < end && *p == '-';
     if (negative) p++;
     __int128 v = 0;
-    for (; p < end && is_digit(*p); p++) v = v * 10 + (*p - '0');
+    int digits = 0; /* at most 38 in all: a checked text fits; any other is left to Python */
+    for (; p < end && is_digit(*p); p++) {
+        if (v == 0 && *p == '0') continue;
+        if (++digits > 38 - scale) return 0;
+        v = v * 10 + (*p - '0');
+    }
     int taken = 0;
     if (p < end && *p == '.')
         for (p++; p < end && is_digit(*p); p++)
@@ -227,7 +232,8 @@ typedef struct {
 static int parse_value(cursor_t *c, const column_t *col, out_t *o, int64_t i) {
     const uint8_t *start, *end;
     int escaped;
-    if (c->p < c->end && *c->p == 'n') {
+    if (c->p >= c->end) return 0;
+    if (*c->p == 'n') {
         if (c->end - c->p < 4 || memcmp(c->p, "null", 4) != 0) return 0;
         c->p += 4;
         return 1; /* valid stays 0 */
