@@ -175,7 +175,8 @@ def _keys(
     valid = column.is_valid()
     todo = np.flatnonzero(~done & valid.to_numpy(zero_copy_only=False))
     if len(todo):
-        left = pa.array(np.isin(np.arange(len(names)), todo))
+        left = np.zeros(len(names), bool)
+        left[todo] = True
         written = pc.replace_with_mask(written, left, pa.array([key(i) for i in todo.tolist()], pa.binary()))
     return pc.if_else(valid, written, pa.scalar(None, pa.binary()))
 

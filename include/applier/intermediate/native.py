@@ -183,10 +183,6 @@ def identities(images: pa.Array, rule_of: np.ndarray, rules: Sequence[NativeRule
     return keys, done.astype(bool)
 
 
-if __name__ == "__main__":
-    print(build(*sys.argv[1:]))
-
-
 _WIDTHS = {"boolean": 1, "int": 4, "date": 4, "bigint": 8, "double": 8, "timestamp": 8, "string": 0, "binary": 0}
 
 
@@ -202,11 +198,11 @@ def parse(images: pa.Array, rule: NativeRule, columns: Sequence[Column]) -> list
     widths = [16 if decimal_precision_scale(c.type) else _WIDTHS[c.type] for c in columns]
     values: list[np.ndarray | None] = [np.zeros(count * w, np.uint8) if w else None for w in widths]
     offsets: list[np.ndarray | None] = [None if w else np.empty(count + 1, np.int32) for w in widths]
-    valid: list[np.ndarray | None] = [np.zeros(count, np.uint8) for _ in columns]
+    valid = [np.zeros(count, np.uint8) for _ in columns]
     room = max(int(pc.sum(pc.binary_length(images)).as_py() or 0), 1)
     out, starts = np.empty(room, np.uint8), np.zeros(len(columns), np.int64)
 
-    def pointers(arrays: list[np.ndarray | None]) -> ctypes.Array[ctypes.c_void_p]:
+    def pointers(arrays: Sequence[np.ndarray | None]) -> ctypes.Array[ctypes.c_void_p]:
         return (ctypes.c_void_p * max(len(arrays), 1))(*[None if a is None else a.ctypes.data for a in arrays])
 
     source, _ = _column(images, [])
@@ -218,7 +214,6 @@ def parse(images: pa.Array, rule: NativeRule, columns: Sequence[Column]) -> list
         return None
     arrays = []
     for column, fixed, ends, present, start in zip(columns, values, offsets, valid, starts.tolist(), strict=True):
-        assert present is not None
         valid_count = int(present.sum())
         validity = None if valid_count == count else pa.py_buffer(np.packbits(present, bitorder="little"))
         if ends is not None:
@@ -243,3 +238,7 @@ def salts(keys: pa.Array, spread: np.ndarray) -> np.ndarray:
         address = data.address if data is not None else None
         LIBRARY.ic_salts(address, offsets.address, keys.offset, count, spread.ctypes.data, out.ctypes.data)
     return out
+
+
+if __name__ == "__main__":
+    print(build(*sys.argv[1:]))

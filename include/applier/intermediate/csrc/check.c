@@ -51,7 +51,7 @@ static int utf8_sequence(cursor_t *c) {
 }
 
 
-/* Any JSON string; an escaped surrogate is not vouched for (images.h). */
+/* Any JSON string; a lone escaped surrogate is not vouched for (images.h). */
 int any_string(cursor_t *c) {
     c->p++;
     while (c->p < c->end) {
@@ -62,33 +62,8 @@ int any_string(cursor_t *c) {
         }
         if (b < 0x20) return 0;
         if (b == '\\') {
-            if (c->end - c->p < 2) return 0;
-            uint8_t e = c->p[1];
-            if (e == 'u') {
-                if (c->end - c->p < 6) return 0;
-                int code = 0;
-                for (int i = 2; i < 6; i++) {
-                    int h = hex_digit(c->p[i]);
-                    if (h < 0) return 0;
-                    code = code * 16 + h;
-                }
-                c->p += 6;
-                if (code >= 0xD800 && code <= 0xDFFF) { /* a high surrogate, then a low one, or no verdict */
-                    if (code > 0xDBFF || c->end - c->p < 6 || c->p[0] != '\\' || c->p[1] != 'u') return 0;
-                    int low = 0;
-                    for (int i = 2; i < 6; i++) {
-                        int h = hex_digit(c->p[i]);
-                        if (h < 0) return 0;
-                        low = low * 16 + h;
-                    }
-                    if (low < 0xDC00 || low > 0xDFFF) return 0;
-                    c->p += 6;
-                }
-            } else if (e == '"' || e == '\\' || e == '/' || e == 'b' || e == 'f' || e == 'n' || e == 'r' || e == 't') {
-                c->p += 2;
-            } else {
-                return 0;
-            }
+            uint32_t code;
+            if (!escape_at(&c->p, c->end, &code)) return 0;
         } else if (b < 0x80) {
             c->p++;
         } else if (!utf8_sequence(c)) {
@@ -284,46 +259,18 @@ static int value(cursor_t *c, const column_t *col) {
     }
 }
 
-/* A key's escapes undone into `out` (UTF-8; an escaped surrogate is not judged here): its length, or -1. */
+/* A key's escapes undone into `out` (UTF-8; a lone escaped surrogate is not judged here): its length, or -1. */
 static int32_t unescaped(const uint8_t *p, const uint8_t *end, uint8_t *out, int32_t room) {
     int32_t n = 0;
     while (p < end) {
-        uint32_t code = *p;
-        if (code == '\\') {
-            if (end - p < 2) return -1;
-            uint8_t e = p[1];
-            static const char from[] = "\"\\/bfnrt", to[] = "\"\\/\b\f\n\r\t";
-            const char *at = e ? strchr(from, e) : NULL;
-            if (at != NULL) {
-                code = (uint8_t)to[at - from];
-                p += 2;
-            } else if (e == 'u' && end - p >= 6) {
-                code = 0;
-                for (int i = 2; i < 6; i++) {
-                    int h = hex_digit(p[i]);
-                    if (h < 0) return -1;
-                    code = code * 16 + (uint32_t)h;
-                }
-                if (code >= 0xD800 && code <= 0xDFFF) return -1;
-                p += 6;
-            } else {
-                return -1;
-            }
-            if (n + 3 > room) return -1;
-            if (code < 0x80) {
-                out[n++] = (uint8_t)code;
-            } else if (code < 0x800) {
-                out[n++] = (uint8_t)(0xC0 | (code >> 6));
-                out[n++] = (uint8_t)(0x80 | (code & 0x3F));
-            } else {
-                out[n++] = (uint8_t)(0xE0 | (code >> 12));
-                out[n++] = (uint8_t)(0x80 | ((code >> 6) & 0x3F));
-                out[n++] = (uint8_t)(0x80 | (code & 0x3F));
-            }
-        } else {
+        if (*p != '\\') {
             if (n + 1 > room) return -1;
             out[n++] = *p++;
+            continue;
         }
+        uint32_t code;
+        if (!escape_at(&p, end, &code) || n + 4 > room) return -1;
+        n += put_utf8(out + n, code);
     }
     return n;
 }

@@ -50,6 +50,67 @@ static inline int hex_digit(uint8_t b) {
     return -1;
 }
 
+/* Four hex digits at p as a number; 0 for anything else. */
+static inline int hex4(const uint8_t *p, uint32_t *value) {
+    uint32_t v = 0;
+    for (int i = 0; i < 4; i++) {
+        int h = hex_digit(p[i]);
+        if (h < 0) return 0;
+        v = v * 16 + (uint32_t)h;
+    }
+    *value = v;
+    return 1;
+}
+
+/* The escape at *p (on its backslash) of a JSON string ending before end: its character, *p moved past it.
+ * A surrogate pair is one character; 0 for what is not judged here (an unknown escape, a lone surrogate). */
+static inline int escape_at(const uint8_t **p, const uint8_t *end, uint32_t *code) {
+    const uint8_t *q = *p;
+    static const char from[] = "\"\\/bfnrt", to[] = "\"\\/\b\f\n\r\t";
+    if (end - q < 2) return 0;
+    const char *at = q[1] ? strchr(from, q[1]) : NULL;
+    if (at != NULL) {
+        *code = (uint8_t)to[at - from];
+        *p = q + 2;
+        return 1;
+    }
+    if (q[1] != 'u' || end - q < 6 || !hex4(q + 2, code)) return 0;
+    q += 6;
+    if (*code >= 0xD800 && *code <= 0xDFFF) { /* a high surrogate, then a low one */
+        uint32_t low;
+        if (*code > 0xDBFF || end - q < 6 || q[0] != '\\' || q[1] != 'u' || !hex4(q + 2, &low)) return 0;
+        if (low < 0xDC00 || low > 0xDFFF) return 0;
+        *code = 0x10000 + ((*code - 0xD800) << 10) + (low - 0xDC00);
+        q += 6;
+    }
+    *p = q;
+    return 1;
+}
+
+/* A character as UTF-8 at out: the bytes written, 1 to 4. */
+static inline int put_utf8(uint8_t *out, uint32_t code) {
+    if (code < 0x80) {
+        out[0] = (uint8_t)code;
+        return 1;
+    }
+    if (code < 0x800) {
+        out[0] = (uint8_t)(0xC0 | code >> 6);
+        out[1] = (uint8_t)(0x80 | (code & 0x3F));
+        return 2;
+    }
+    if (code < 0x10000) {
+        out[0] = (uint8_t)(0xE0 | code >> 12);
+        out[1] = (uint8_t)(0x80 | (code >> 6 & 0x3F));
+        out[2] = (uint8_t)(0x80 | (code & 0x3F));
+        return 3;
+    }
+    out[0] = (uint8_t)(0xF0 | code >> 18);
+    out[1] = (uint8_t)(0x80 | (code >> 12 & 0x3F));
+    out[2] = (uint8_t)(0x80 | (code >> 6 & 0x3F));
+    out[3] = (uint8_t)(0x80 | (code & 0x3F));
+    return 4;
+}
+
 /* A JSON string at the cursor (on its opening quote), any content; 0 for one not vouched for. */
 int any_string(cursor_t *c);
 

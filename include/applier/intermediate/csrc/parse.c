@@ -117,24 +117,6 @@ static int base64_decode(const uint8_t *p, const uint8_t *end, grow_t *out) {
     return 1;
 }
 
-static void put_utf8(grow_t *out, uint32_t code) {
-    if (code >= 0x10000) {
-        out->bytes[out->size++] = (uint8_t)(0xF0 | code >> 18);
-        out->bytes[out->size++] = (uint8_t)(0x80 | (code >> 12 & 0x3F));
-        out->bytes[out->size++] = (uint8_t)(0x80 | (code >> 6 & 0x3F));
-        out->bytes[out->size++] = (uint8_t)(0x80 | (code & 0x3F));
-    } else if (code < 0x80) {
-        out->bytes[out->size++] = (uint8_t)code;
-    } else if (code < 0x800) {
-        out->bytes[out->size++] = (uint8_t)(0xC0 | code >> 6);
-        out->bytes[out->size++] = (uint8_t)(0x80 | (code & 0x3F));
-    } else {
-        out->bytes[out->size++] = (uint8_t)(0xE0 | code >> 12);
-        out->bytes[out->size++] = (uint8_t)(0x80 | (code >> 6 & 0x3F));
-        out->bytes[out->size++] = (uint8_t)(0x80 | (code & 0x3F));
-    }
-}
-
 /* A JSON string's content [p, end) with its escapes undone, appended to out. */
 static int unescape(const uint8_t *p, const uint8_t *end, grow_t *out) {
     if (!reserve(out, end - p)) return 0;
@@ -145,35 +127,9 @@ static int unescape(const uint8_t *p, const uint8_t *end, grow_t *out) {
         out->size += stop - p;
         p = stop;
         if (p == end) break;
-        if (end - p < 2) return 0;
-        static const char from[] = "\"\\/bfnrt", to[] = "\"\\/\b\f\n\r\t";
-        const char *at = p[1] ? strchr(from, p[1]) : NULL;
-        if (at != NULL) {
-            out->bytes[out->size++] = (uint8_t)to[at - from];
-            p += 2;
-            continue;
-        }
-        if (p[1] != 'u' || end - p < 6) return 0;
-        uint32_t code = 0;
-        for (int i = 2; i < 6; i++) {
-            int v = hex_digit(p[i]);
-            if (v < 0) return 0;
-            code = code * 16 + (uint32_t)v;
-        }
-        p += 6;
-        if (code >= 0xD800 && code <= 0xDFFF) {
-            uint32_t low = 0;
-            if (code > 0xDBFF || end - p < 6 || p[0] != '\\' || p[1] != 'u') return 0; /* a lone surrogate */
-            for (int i = 2; i < 6; i++) {
-                int v = hex_digit(p[i]);
-                if (v < 0) return 0;
-                low = low * 16 + (uint32_t)v;
-            }
-            if (low < 0xDC00 || low > 0xDFFF) return 0;
-            code = 0x10000 + ((code - 0xD800) << 10) + (low - 0xDC00);
-            p += 6;
-        }
-        put_utf8(out, code); /* at most 4 bytes for the 6 or 12 of the escape */
+        uint32_t code;
+        if (!escape_at(&p, end, &code)) return 0;
+        out->size += put_utf8(out->bytes + out->size, code); /* at most 4 bytes for the 6 or 12 of the escape */
     }
     return 1;
 }
