@@ -90,7 +90,11 @@ def _checked(batch: pa.RecordBatch, tables: Mapping[str, TableDef], checks: Pair
 
 
 class _Texts(Sequence[memoryview | None]):
-    """:func:`_texts` of a column, each made when asked for: with the C passes, few rows are read in Python."""
+    """:func:`_texts` of a column, each view made when asked for: with the C passes, few rows are read in Python.
+
+    A batch's keyless rows, say, are a few percent of it: making every row's
+    view to read those cost more than the C passes over the whole batch.
+    """
 
     def __init__(self, column: pa.Array) -> None:
         self.column = column
@@ -99,11 +103,28 @@ class _Texts(Sequence[memoryview | None]):
         return len(self.column)
 
     @functools.cached_property
+    def _where(self) -> tuple[list[int], list[bool] | None, memoryview] | None:
+        """The offsets, validity (None: no nulls) and data of a string column; None for any other kind."""
+        column, width = self.column, _OFFSETS.get(self.column.type)
+        if width is None or column.null_count == len(column):
+            return None
+        _, offsets, data = column.buffers()
+        at = np.frombuffer(offsets, width, len(column) + 1, column.offset * width().itemsize).tolist()
+        valid = column.is_valid().to_numpy(zero_copy_only=False).tolist() if column.null_count else None
+        return at, valid, memoryview(data)
+
+    @functools.cached_property
     def _all(self) -> list[memoryview | None]:
         return _eager_texts(self.column)
 
     def __getitem__(self, i: Any) -> Any:
-        return self._all[i]
+        where = self._where
+        if where is None or not isinstance(i, int):
+            return self._all[i]
+        at, valid, view = where
+        if valid is not None and not valid[i]:
+            return None
+        return view[at[i] : at[i + 1]]
 
 
 def _texts(column: pa.Array) -> Sequence[memoryview | None]:
@@ -153,6 +174,7 @@ def _keys(
     images: Sequence[Any],
     decoded: list[Any] | None,
     column: pa.Array,
+    table_column: pa.Array | None = None,
 ) -> pa.Array:
     """Each image's identity by its own table's rules (null for no image).
 
@@ -169,8 +191,9 @@ def _keys(
     plain = {name: r.native_keys for name, r in rules.items() if r.native_keys is not None}
     if not plain or native.LIBRARY is None:
         return pa.array([key(i) for i in range(len(names))], pa.binary())
-    at = {name: i for i, name in enumerate(plain)}
-    rule_of = np.array([at.get(name, -1) for name in names], np.int32)
+    tables = pa.array(names, pa.string()) if table_column is None else table_column
+    found = pc.index_in(tables, value_set=pa.array(list(plain), pa.string()))
+    rule_of = pc.fill_null(found, -1).to_numpy(zero_copy_only=False).astype(np.int32, copy=False)
     written, done = native.identities(column, rule_of, list(plain.values()))
     valid = column.is_valid()
     todo = np.flatnonzero(~done & valid.to_numpy(zero_copy_only=False))
@@ -192,8 +215,9 @@ def _events(
     names = rows.column("table").to_pylist()
     rules = {name: rules_of(tables[name]) for name in set(names)}
     op, before, after = rows.column("op"), rows.column("before"), rows.column("after")
-    before_key = _keys(rules, names, images[0], images[2], before.combine_chunks())
-    after_key = _keys(rules, names, images[1], images[3], after.combine_chunks())
+    table = rows.column("table").combine_chunks()
+    before_key = _keys(rules, names, images[0], images[2], before.combine_chunks(), table)
+    after_key = _keys(rules, names, images[1], images[3], after.combine_chunks(), table)
     updated = pc.equal(op, "U")
     # A row value of a table without a key is its identity: each update removes one copy and adds one.
     keyless = pc.is_in(rows.column("table"), pa.array([n for n, r in rules.items() if r.keyless], pa.string()))
