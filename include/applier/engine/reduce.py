@@ -4,14 +4,15 @@ Events are folded per identity (:func:`fold`) twice: by each executor over
 its input partition's events before the shuffle (an identity changed many
 times in a pair then crosses it once), and after the shuffle on
 ``(table, salt)``, where every event of an identity is in one partition. A
-fold sorts the events once (Arrow's sort, in C++) on ``(table, group, key)``
-and each event's first position, the table as a small integer and without
-the images (taken once, at each identity's last event); each run of one
-table, group and key is an identity: its first event says whether it existed
-before the cycle, its last one (the greatest position) gives its final state
-and image, and the counts add up. The result holds each table's identities
-together, in group order, as :func:`applier.engine.identity.chunk_batches`
-takes it.
+fold numbers each event's identity ``(table, group, key)`` with Arrow's hash
+(one integer an event) and sorts those integers once (numpy, stable), without
+the images (taken once, at each identity's first and last events); each run
+of one number is an identity: its first event (the least first position)
+says whether it existed before the cycle, its last one (the greatest
+position) gives its final state and image, and the counts add up. The result
+holds each table's identities together, in group order, as
+:func:`applier.engine.identity.chunk_batches` takes it. (Sorting on the key's
+bytes and the positions, with Arrow's sort, took twice as long.)
 
 Spark's own aggregation (``min_by``/``max_by`` over a struct holding the image)
 kept a string in its buffer, so it sorted the events on both sides of the
@@ -32,9 +33,8 @@ from applier.engine.identity import chunk_batches
 from applier.engine.worker_path import prepare_worker
 from applier.intermediate.schema import TableDef
 
-_ORDER = [("table", "ascending"), ("group", "ascending"), ("key", "ascending")]
-_FIRST = [("first_commit_lsn", "ascending"), ("first_lsn", "ascending")]
 _NO_LSN = np.iinfo(np.int64).min
+_LAST_LSN = np.iinfo(np.int64).max
 # A folded event's columns: from its identity's last event, from its first; ``n`` is their sum.
 _FROM_LAST = ("commit_lsn", "lsn", "present", "image")
 _FROM_FIRST = ("table", "key", "group", "salt", "existed", "first_commit_lsn", "first_lsn")
@@ -53,40 +53,62 @@ def fold(events: pa.Table) -> pa.Table:
     position (an update of a table without a key that keeps its row value:
     the copy removed, then added) keep their order of arrival.
 
-    The result holds each table's identities together, sorted by group and key.
+    The result holds each table's identities together, in group order (identities in no set order within).
     """
-    # Tables as small integers: sorting on them groups the rows as well as on the names, and faster.
-    tables = events.column("table").combine_chunks().dictionary_encode().indices
-    small = ("group", "key", "first_commit_lsn", "first_lsn")
-    sortable = pa.table({"table": tables, **{name: events.column(name) for name in small}})
-    order = pc.sort_indices(sortable, sort_keys=_ORDER + _FIRST)  # stable: ties keep their order
     count = events.num_rows
-    changes = np.zeros(count, dtype=bool)
+    if count == 0:
+        return events
+    ident = _identity_numbers(events)
+    order = np.argsort(ident, kind="stable")  # grouped by identity, in order of arrival within each
+    ident = ident[order]
+    changes = np.empty(count, dtype=bool)
     changes[0] = True
-    for name, _ in _ORDER:
-        column = sortable.column(name).take(order).combine_chunks()
-        differs = pc.not_equal(column.slice(1), column.slice(0, count - 1))
-        changes[1:] |= differs.to_numpy(zero_copy_only=False)
+    np.not_equal(ident[1:], ident[:-1], out=changes[1:])
     starts = np.flatnonzero(changes)
     run = np.cumsum(changes) - 1  # each sorted event's identity
+    arrival = np.arange(count)
+    # The first event: the least (first_commit_lsn, first_lsn) of its identity, the earlier one in arrival on a tie.
+    first_commit_lsn = events.column("first_commit_lsn").to_numpy()[order]
+    first_lsn = events.column("first_lsn").to_numpy()[order]
+    earliest = first_commit_lsn == np.minimum.reduceat(first_commit_lsn, starts)[run]
+    first_lsn = np.where(earliest, first_lsn, _LAST_LSN)
+    earliest &= first_lsn == np.minimum.reduceat(first_lsn, starts)[run]
+    firsts = np.minimum.reduceat(np.where(earliest, arrival, count), starts)
     # The last event: the greatest (commit_lsn, lsn) of its identity, the later one in arrival on a tie.
-    commit_lsn = events.column("commit_lsn").take(order).to_numpy()
-    lsn = events.column("lsn").take(order).to_numpy()
+    commit_lsn = events.column("commit_lsn").to_numpy()[order]
+    lsn = events.column("lsn").to_numpy()[order]
     latest = commit_lsn == np.maximum.reduceat(commit_lsn, starts)[run]
     lsn = np.where(latest, lsn, _NO_LSN)
     latest &= lsn == np.maximum.reduceat(lsn, starts)[run]
-    ends = np.maximum.reduceat(np.where(latest, np.arange(count), -1), starts)
-    first, last = order.take(pa.array(starts)), order.take(pa.array(ends))
-    counts = np.add.reduceat(events.column("n").take(order).to_numpy().astype(np.int64), starts)
+    ends = np.maximum.reduceat(np.where(latest, arrival, -1), starts)
+    first, last = pa.array(order[firsts]), pa.array(order[ends])
+    counts = np.add.reduceat(events.column("n").to_numpy()[order].astype(np.int64), starts)
     columns = {name: events.column(name).take(last) for name in _FROM_LAST}
     columns.update({name: events.column(name).take(first) for name in _FROM_FIRST})
     columns["n"] = pa.array(counts.astype(np.int32), pa.int32())
     return pa.table({name: columns[name] for name in events.column_names})
 
 
+def _identity_numbers(events: pa.Table) -> np.ndarray:
+    """Each event's identity ``(table, group, key)`` as one integer: its table's, group's and key's codes combined.
+
+    Tables and keys are numbered by Arrow's hash of their values (in order of
+    first arrival), so equal identities get equal numbers and different ones
+    different numbers.
+    """
+    tables = events.column("table").combine_chunks().dictionary_encode()
+    keys = events.column("key").combine_chunks().dictionary_encode()
+    group = events.column("group").to_numpy().astype(np.int64)
+    groups = int(group.max()) + 1
+    numbered = tables.indices.to_numpy().astype(np.int64) * groups + group
+    if len(tables.dictionary) * groups * len(keys.dictionary) >= 2**62:  # numbered densely, then it fits
+        numbered = np.unique(numbered, return_inverse=True)[1].astype(np.int64)
+    return numbered * len(keys.dictionary) + keys.indices.to_numpy().astype(np.int64)
+
+
 def net_identities(events: pa.Table) -> pa.Table:
     """One row per identity of ``events``: ``table``, ``group``, ``existed`` (first event), ``present`` and
-    ``image`` (last event) and ``n`` (summed); each table's together, sorted by group and key.
+    ``image`` (last event) and ``n`` (summed); each table's together, in group order.
 
     Args:
         events: events as :func:`applier.engine.events.event_batch` makes them, or folded (:func:`fold`).
