@@ -27,7 +27,6 @@ from collections.abc import Iterable, Iterator, Mapping
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 
 from applier.engine.identity import chunk_batches
 from applier.engine.worker_path import prepare_worker
