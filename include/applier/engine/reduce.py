@@ -102,7 +102,8 @@ def _identity_numbers(events: pa.Table) -> np.ndarray:
     numbered = tables.indices.to_numpy().astype(np.int64) * groups + group
     if len(tables.dictionary) * groups * len(keys.dictionary) >= 2**62:  # numbered densely, then it fits
         numbered = np.unique(numbered, return_inverse=True)[1].astype(np.int64)
-    return numbered * len(keys.dictionary) + keys.indices.to_numpy().astype(np.int64)
+    numbered = numbered * len(keys.dictionary) + keys.indices.to_numpy().astype(np.int64)
+    return numbered
 
 
 def net_identities(events: pa.Table) -> pa.Table:
