@@ -97,13 +97,13 @@ def _identity_numbers(events: pa.Table) -> np.ndarray:
     """
     tables = events.column("table").combine_chunks().dictionary_encode()
     keys = events.column("key").combine_chunks().dictionary_encode()
-    group = events.column("group").to_numpy().astype(np.int64)
+    group: np.ndarray = events.column("group").to_numpy().astype(np.int64)
     groups = int(group.max()) + 1
     numbered = tables.indices.to_numpy().astype(np.int64) * groups + group
     if len(tables.dictionary) * groups * len(keys.dictionary) >= 2**62:  # numbered densely, then it fits
         numbered = np.unique(numbered, return_inverse=True)[1].astype(np.int64)
-    numbered = numbered * len(keys.dictionary) + keys.indices.to_numpy().astype(np.int64)
-    return numbered
+    codes: np.ndarray = keys.indices.to_numpy().astype(np.int64)
+    return numbered * len(keys.dictionary) + codes
 
 
 def net_identities(events: pa.Table) -> pa.Table:
