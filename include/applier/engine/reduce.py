@@ -103,7 +103,8 @@ def _identity_numbers(events: pa.Table) -> np.ndarray:
     if len(tables.dictionary) * groups * len(keys.dictionary) >= 2**62:  # numbered densely, then it fits
         numbered = np.unique(numbered, return_inverse=True)[1].astype(np.int64)
     codes: np.ndarray = keys.indices.to_numpy().astype(np.int64)
-    return numbered * len(keys.dictionary) + codes
+    numbers: np.ndarray = numbered * len(keys.dictionary) + codes
+    return numbers
 
 
 def net_identities(events: pa.Table) -> pa.Table:
