@@ -181,12 +181,13 @@ def _keys(
     The C pass writes those of plain keys (:func:`applier.intermediate.native.identities`);
     the others come from the check's decoding where kept, or are decoded here.
     """
-    key_of = {name: r.key_of for name, r in rules.items()}
-    checked = {name: r.key_of_checked for name, r in rules.items()}
 
-    def key(i: int) -> bytes | None:
+    def key(i: int) -> bytes | None:  # each table's key functions are made when one of its rows needs them
         image, row = images[i], None if decoded is None else decoded[i]
-        return None if image is None else key_of[names[i]](image) if row is None else checked[names[i]](row)
+        if image is None:
+            return None
+        table = rules[names[i]]
+        return table.key_of(image) if row is None else table.key_of_checked(row)
 
     plain = {name: r.native_keys for name, r in rules.items() if r.native_keys is not None}
     if not plain or native.LIBRARY is None:

@@ -82,10 +82,16 @@ def fold(events: pa.Table) -> pa.Table:
     ends = np.maximum.reduceat(np.where(latest, arrival, -1), starts)
     first, last = pa.array(order[firsts]), pa.array(order[ends])
     counts = np.add.reduceat(events.column("n").to_numpy()[order].astype(np.int64), starts)
-    columns = {name: events.column(name).take(last) for name in _FROM_LAST}
-    columns.update({name: events.column(name).take(first) for name in _FROM_FIRST})
+    columns = {name: _take(events.column(name), last) for name in _FROM_LAST}
+    columns.update({name: _take(events.column(name), first) for name in _FROM_FIRST})
     columns["n"] = pa.array(counts.astype(np.int32), pa.int32())
     return pa.table({name: columns[name] for name in events.column_names})
+
+
+def _take(column: pa.ChunkedArray, at: pa.Array) -> pa.Array:
+    """``column``'s values at ``at``, from one chunk: Arrow's take across a partition's many chunks (a batch's
+    events each) cost a wide pair's images 0.67 CPU s, against 0.04 to join them and 0.08 to take."""
+    return column.combine_chunks().take(at) if column.num_chunks > 1 else column.take(at)
 
 
 def _identity_numbers(events: pa.Table) -> np.ndarray:
