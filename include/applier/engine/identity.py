@@ -21,6 +21,11 @@ their shape; a value that still does not fit raises.
 Identities are canonical: two images name the same row exactly when their typed
 values are equal, so ``"1.5"`` and ``"1.50"`` in a ``decimal(p,1)`` column,
 ``-0.0`` and ``0.0``, two NaNs, or two spellings of one instant are one identity.
+An identity is msgspec's JSON encoding of its columns' canonical values:
+integers, booleans and strings as they are; a decimal's integer at its scale,
+a date's days and a timestamp's microseconds since 1970; a double's IEEE bits
+and a binary's bytes as hex digits. Each is plain for the C pass to write
+(:func:`applier.intermediate.native.identities`), byte for byte the same.
 """
 
 from __future__ import annotations
@@ -30,6 +35,7 @@ import decimal
 import functools
 import math
 import operator
+import struct
 import uuid
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
@@ -64,6 +70,7 @@ CHUNK_SCHEMA = pa.schema(
 )
 
 _EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
+_DAY_ZERO = dt.date(1970, 1, 1)
 _MICRO = dt.timedelta(microseconds=1)
 _SPECIAL = {"NaN": math.nan, "Infinity": math.inf, "-Infinity": -math.inf}
 _PY_TYPES: dict[str, Any] = {
@@ -89,33 +96,43 @@ def _double(value: Any) -> float:
     return _SPECIAL[value] if isinstance(value, str) else float(value)
 
 
-def _canonical_double(value: Any) -> Any:
+def _canonical_double(value: Any) -> str:
+    """A double's IEEE bits as hex digits, big-endian: one NaN, and -0.0 as 0.0."""
     number = _double(value)
-    if math.isnan(number):
-        return "NaN"
-    if math.isinf(number):
-        return "Infinity" if number > 0 else "-Infinity"
-    return number + 0.0  # -0.0 is 0.0
+    return _NAN_BITS if math.isnan(number) else struct.pack(">d", number + 0.0).hex()  # -0.0 + 0.0 is 0.0
 
 
-def _canonical_decimal(quantum: decimal.Decimal, value: Any) -> str:
+_NAN_BITS = struct.pack(">d", math.nan).hex()
+
+
+def _canonical_decimal(quantum: decimal.Decimal, scale: int, value: Any) -> int:
+    """A decimal's integer at the column's scale (``"1.5"`` at scale 2: 150)."""
     number = decimal.Decimal(value).quantize(quantum, context=_DECIMALS)
-    return str(abs(number) if number == 0 else number)
+    return int(number.scaleb(scale, context=_DECIMALS))
 
 
 def _micros(value: dt.datetime) -> int:
     return (value - _EPOCH) // _MICRO
 
 
+def _days(value: dt.date) -> int:
+    return (value - _DAY_ZERO).days
+
+
+def _hex(value: bytes) -> str:
+    return value.hex()
+
+
 def _canonical(column: Column) -> Callable[[Any], Any] | None:
     """The canonical form of a non-null value of ``column`` (None: the value itself)."""
-    if column.type == "double":
-        return _canonical_double
-    if column.type == "timestamp":
-        return _micros
+    forms: dict[str, Callable[[Any], Any]] = {
+        "double": _canonical_double, "timestamp": _micros, "date": _days, "binary": _hex,
+    }  # fmt: skip
+    if column.type in forms:
+        return forms[column.type]
     scale = decimal_precision_scale(column.type)
     if scale is not None:
-        return functools.partial(_canonical_decimal, decimal.Decimal(1).scaleb(-scale[1]))
+        return functools.partial(_canonical_decimal, decimal.Decimal(1).scaleb(-scale[1]), scale[1])
     return None
 
 
@@ -133,9 +150,10 @@ def _from_text(column: Column) -> Callable[[Any], Any] | None:
     """The canonical form of a non-null value of ``column`` as the image check read it (text-encoded types as text)."""
     if column.type == "timestamp":
         return lambda value: _micros(msgspec.convert(value, dt.datetime))
-    if column.type in ("date", "binary"):
-        kind = _PY_TYPES[column.type]
-        return lambda value: msgspec.convert(value, kind)
+    if column.type == "date":
+        return lambda value: _days(msgspec.convert(value, dt.date))
+    if column.type == "binary":
+        return lambda value: msgspec.convert(value, bytes).hex()
     return _canonical(column)  # a decimal's and a double's canonical forms take the text as it is
 
 
@@ -210,16 +228,12 @@ class TableRules:
     def native_keys(self) -> native.NativeRule | None:
         """The C pass's rule for this table's identities (:func:`applier.intermediate.native.identities`).
 
-        None without the library, or for a table whose identity needs a
-        canonical form (no key: the whole row is its identity; a key column
-        of a type other than an integer, a boolean or a string).
+        None without the library, or for an identity of more columns than C
+        takes (a table without a key: every column).
         """
-        plain = {"int", "bigint", "boolean", "string"}
-        if native.LIBRARY is None or not self.table.primary_key:
+        if native.LIBRARY is None or len(self._identity_columns) > native.MAX_KEYS:
             return None
-        if any(c.type not in plain for c in self._identity_columns):
-            return None
-        return native.NativeRule(self.table, (), self.table.primary_key)
+        return native.NativeRule(self.table, (), [c.name for c in self._identity_columns])
 
     @functools.cached_property
     def key_of_checked(self) -> Callable[[Any], bytes]:

@@ -8,9 +8,10 @@ they are, without making a Python object:
   for: every row before it surely passes the spec's check of its table
   (:mod:`applier.intermediate.images`), so only that row and the rest are
   decoded in Python;
-- :func:`identities` writes the identity of each image whose key columns are
-  plain (integers, booleans, strings without escapes), the same bytes as
-  :meth:`applier.engine.identity.TableRules.key`, and leaves the others to it;
+- :func:`identities` writes the identity of each image (its key's columns, or
+  all of a keyless table's), the same bytes as
+  :meth:`applier.engine.identity.TableRules.key`, and leaves to it the images
+  it does not expect (a string with an escape, say);
 - :func:`parse` parses a table's final images into its typed Arrow columns,
   the values :meth:`applier.engine.identity.TableRules.parse` gives, or leaves
   the whole chunk to it;
@@ -41,6 +42,7 @@ LIBRARY_PATH = Path(__file__).with_name("libimages.so")
 _TYPES = {"boolean": 0, "int": 1, "bigint": 2, "double": 3, "string": 4, "date": 5, "timestamp": 6, "binary": 7}
 _DECIMAL = 8
 _MAX_COLUMNS = 4096  # as csrc/images.h's MAX_COLUMNS: a wider table's images are all left to Python
+MAX_KEYS = 256  # as csrc/images.h's MAX_KEYS: an identity of more columns is written in Python
 _OFFSETS = {pa.string(): 0, pa.large_string(): 1}
 
 
@@ -81,10 +83,11 @@ def _declared(library: ctypes.CDLL) -> ctypes.CDLL:
     ]  # fmt: skip
     library.ic_salts.restype = None
     library.ic_salts.argtypes = [ctypes.c_void_p] * 2 + [ctypes.c_int64] * 2 + [ctypes.c_void_p] * 2
-    library.ic_identities.restype = ctypes.c_int64
-    library.ic_identities.argtypes = [
+    # Named for its identities' forms: a library built before typed identities lacks it, and is not used.
+    library.ic_typed_identities.restype = ctypes.c_int64
+    library.ic_typed_identities.argtypes = [
         ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int32, ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64,
-        ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p,
+        ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64, ctypes.c_void_p,
     ]  # fmt: skip
     return library
 
@@ -170,13 +173,14 @@ def identities(images: pa.Array, rule_of: np.ndarray, rules: Sequence[NativeRule
         return pa.nulls(count, pa.binary()), done.astype(bool)
     buffers, table = _column(images, rules)
     offsets = np.empty(count + 1, np.int32)
-    room = int(pc.sum(pc.binary_length(images)).as_py() or 0) + 2 * count
+    # A canonical text is at most twice its token and 48 bytes more (a double's 16 hex digits from "0", say).
+    room = 2 * int(pc.sum(pc.binary_length(images)).as_py() or 0) + 64 * count
     if room >= 2**31:
         return pa.nulls(count, pa.binary()), done.astype(bool)
     data = np.empty(max(room, 1), np.uint8)
     indices = np.ascontiguousarray(rule_of, dtype=np.int32)
-    written = LIBRARY.ic_identities(
-        *buffers, images.offset, count, indices.ctypes.data, table, offsets.ctypes.data, data.ctypes.data,
+    written = LIBRARY.ic_typed_identities(
+        *buffers, images.offset, count, indices.ctypes.data, table, offsets.ctypes.data, data.ctypes.data, room,
         done.ctypes.data,
     )  # fmt: skip
     keys = pa.Array.from_buffers(pa.binary(), count, [None, pa.py_buffer(offsets), pa.py_buffer(data[:written])])

@@ -17,7 +17,7 @@
 enum { T_BOOL, T_INT, T_BIGINT, T_DOUBLE, T_STRING, T_DATE, T_TIMESTAMP, T_BINARY, T_DECIMAL };
 
 #define MAX_COLUMNS 4096
-#define MAX_KEYS 32
+#define MAX_KEYS 256
 
 typedef struct {
     const char *name;
