@@ -22,7 +22,7 @@ $(VENV)/.installed: requirements.txt requirements-dev.txt pyproject.toml
 	touch $@
 
 # The C pass over row images (include/applier/intermediate/native.py), loaded with ctypes; gcc builds it.
-$(NATIVE): include/applier/intermediate/csrc/images.h include/applier/intermediate/csrc/*.c $(VENV)/.installed
+$(NATIVE): include/applier/intermediate/csrc/*.h include/applier/intermediate/csrc/*.c $(VENV)/.installed
 	$(VENV)/bin/python -m applier.intermediate.native
 
 # Airflow on embedded defaults: SQLite, logs and passwords under var/airflow, the
