@@ -10,9 +10,10 @@ primary key, or the whole row value of a table without one,
 - an update moving its key, or any update of a table without a key (its row
   value is its identity): the before identity absent, then the after one present.
 
-Only the identities are computed row by row (each image's key decoded in C by
-msgspec, with its own table's rules); the rest are column operations over the
-whole batch, whatever the number of tables in it.
+Only the identities are computed row by row, with each row's own table's rules
+(in C, :func:`applier.intermediate.native.identities`; what it leaves, decoded
+by msgspec); the rest are column operations over the whole batch, whatever the
+number of tables in it.
 """
 
 from __future__ import annotations
@@ -178,8 +179,9 @@ def _keys(
 ) -> pa.Array:
     """Each image's identity by its own table's rules (null for no image).
 
-    The C pass writes those of plain keys (:func:`applier.intermediate.native.identities`);
-    the others come from the check's decoding where kept, or are decoded here.
+    The C pass writes them (:func:`applier.intermediate.native.identities`);
+    those it leaves (an image with an escaped string, say) come from the
+    check's decoding where kept, or are decoded here.
     """
 
     def key(i: int) -> bytes | None:  # each table's key functions are made when one of its rows needs them
