@@ -47,20 +47,10 @@ static uint8_t *put_base64_hex(uint8_t *o, const uint8_t *p, const uint8_t *end)
     if ((end - p) % 4) return NULL;
     *o++ = '"';
     for (; p < end; p += 4) {
-        int a = base64_value(p[0]), b = base64_value(p[1]), c = base64_value(p[2]), d = base64_value(p[3]);
-        if (a < 0 || b < 0) return NULL;
-        uint8_t byte[3] = {(uint8_t)(a << 2 | b >> 4), 0, 0};
-        int n = 1;
-        if (p[2] != '=') {
-            if (c < 0) return NULL;
-            byte[n++] = (uint8_t)((b & 15) << 4 | c >> 2);
-            if (p[3] != '=') {
-                if (d < 0) return NULL;
-                byte[n++] = (uint8_t)((c & 3) << 6 | d);
-            }
-        } else if (p[3] != '=') return NULL;
+        uint8_t byte[3];
+        int n = base64_group(p, p + 4 == end, byte);
+        if (n < 0) return NULL;
         for (int k = 0; k < n; k++) *o++ = (uint8_t)HEX[byte[k] >> 4], *o++ = (uint8_t)HEX[byte[k] & 15];
-        if (n < 3 && p + 4 != end) return NULL;
     }
     *o++ = '"';
     return o;

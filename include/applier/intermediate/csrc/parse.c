@@ -33,15 +33,9 @@ static int reserve(grow_t *g, int64_t more) {
 static int base64_decode(const uint8_t *p, const uint8_t *end, grow_t *out) {
     if ((end - p) % 4 || !reserve(out, (end - p) / 4 * 3)) return 0;
     for (; p < end; p += 4) {
-        int a = base64_value(p[0]), b = base64_value(p[1]), c = base64_value(p[2]), d = base64_value(p[3]);
-        if (a < 0 || b < 0) return 0;
-        out->bytes[out->size++] = (uint8_t)(a << 2 | b >> 4);
-        if (p[2] == '=') break;
-        if (c < 0) return 0;
-        out->bytes[out->size++] = (uint8_t)((b & 15) << 4 | c >> 2);
-        if (p[3] == '=') break;
-        if (d < 0) return 0;
-        out->bytes[out->size++] = (uint8_t)((c & 3) << 6 | d);
+        int n = base64_group(p, p + 4 == end, out->bytes + out->size);
+        if (n < 0) return 0;
+        out->size += n;
     }
     return 1;
 }

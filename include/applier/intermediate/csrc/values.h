@@ -80,6 +80,21 @@ static inline int base64_value(uint8_t b) {
     return -1;
 }
 
+/* One group of four base64 digits at p as its bytes (1 to 3: '=' pads the group ending the text, `last`); the
+   count, or -1 for what is not base64. */
+static inline int base64_group(const uint8_t *p, int last, uint8_t byte[3]) {
+    int a = base64_value(p[0]), b = base64_value(p[1]), c = base64_value(p[2]), d = base64_value(p[3]);
+    if (a < 0 || b < 0) return -1;
+    byte[0] = (uint8_t)(a << 2 | b >> 4);
+    if (p[2] == '=') return last && p[3] == '=' ? 1 : -1;
+    if (c < 0) return -1;
+    byte[1] = (uint8_t)((b & 15) << 4 | c >> 2);
+    if (p[3] == '=') return last ? 2 : -1;
+    if (d < 0) return -1;
+    byte[2] = (uint8_t)((c & 3) << 6 | d);
+    return 3;
+}
+
 /* The number at the cursor as a double, as msgspec reads it into a float (an integer -0 is 0.0). */
 static inline int double_value(cursor_t *c, double *value) {
     const uint8_t *start = c->p;
