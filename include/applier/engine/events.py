@@ -105,14 +105,7 @@ class _Texts(Sequence[memoryview | None]):
 
     @functools.cached_property
     def _where(self) -> tuple[list[int], list[bool] | None, memoryview] | None:
-        """The offsets, validity (None: no nulls) and data of a string column; None for any other kind."""
-        column, width = self.column, _OFFSETS.get(self.column.type)
-        if width is None or column.null_count == len(column):
-            return None
-        _, offsets, data = column.buffers()
-        at = np.frombuffer(offsets, width, len(column) + 1, column.offset * width().itemsize).tolist()
-        valid = column.is_valid().to_numpy(zero_copy_only=False).tolist() if column.null_count else None
-        return at, valid, memoryview(data)
+        return _spans(self.column) if self.column.null_count < len(self.column) else None
 
     @functools.cached_property
     def _all(self) -> list[memoryview | None]:
@@ -142,16 +135,24 @@ def _eager_texts(column: pa.Array) -> list[memoryview | None]:
     count = len(column)
     if column.null_count == count:
         return [None] * count
-    width = _OFFSETS.get(column.type)
-    if width is None:  # a string view, say: its values as Python strings
+    spans = _spans(column)
+    if spans is None:  # a string view, say: its values as Python strings
         return column.to_pylist()  # type: ignore[no-any-return]
-    _, offsets, data = column.buffers()
-    view = memoryview(data)
-    at = np.frombuffer(offsets, width, count + 1, column.offset * width().itemsize).tolist()
-    if column.null_count == 0:
+    at, valid, view = spans
+    if valid is None:
         return [view[start:end] for start, end in itertools.pairwise(at)]
-    valid = column.is_valid().to_numpy(zero_copy_only=False).tolist()
     return [view[start:end] if ok else None for (start, end), ok in zip(itertools.pairwise(at), valid, strict=True)]
+
+
+def _spans(column: pa.Array) -> tuple[list[int], list[bool] | None, memoryview] | None:
+    """A string column's value offsets, validity (None: no nulls) and data; None for any other kind of column."""
+    width = _OFFSETS.get(column.type)
+    if width is None:
+        return None
+    _, offsets, data = column.buffers()
+    at = np.frombuffer(offsets, width, len(column) + 1, column.offset * width().itemsize).tolist()
+    valid = column.is_valid().to_numpy(zero_copy_only=False).tolist() if column.null_count else None
+    return at, valid, memoryview(data)
 
 
 _OFFSETS: dict[pa.DataType, Any] = {pa.string(): np.int32, pa.large_string(): np.int64}
