@@ -87,7 +87,8 @@ sql_before = SparkSession._instantiatedSession is not None
 spark = start_spark(config)  # joins the run's application
 rows = spark.range(3).count()  # SQL on demand, with the run's settings
 zone = spark.session.conf.get("spark.sql.session.timeZone")
-print(json.dumps([summary.cycles_run, sql_before, rows, zone]))
+settings = [spark.conf is spark.conf, spark.conf.get("spark.sql.shuffle.partitions")]  # copied once, per cycle asked
+print(json.dumps([summary.cycles_run, sql_before, rows, zone, settings]))
 """
 
 
@@ -113,6 +114,7 @@ def test_a_run_s_cycles_never_start_spark_sql_and_sql_starts_on_demand_with_the_
         check=False,
     )
     assert done.returncode == 0, done.stderr[-2000:]
-    cycles, sql_before, rows, zone = json.loads(done.stdout.strip().splitlines()[-1])
+    cycles, sql_before, rows, zone, settings = json.loads(done.stdout.strip().splitlines()[-1])
     assert cycles > 1 and not sql_before
     assert rows == 3 and zone == "UTC"
+    assert settings == [True, "8"]  # the application's settings, copied from its JVM once
