@@ -295,7 +295,7 @@ def test_identities_are_the_python_identities_byte_for_byte() -> None:
     rules = {"s.plain": rules_of(PLAIN)}
     assert rules["s.plain"].native_keys is not None
     python = [None if t is None else rules["s.plain"].key_of(t) for t in texts[3:]]
-    both = _keys(rules, names, _texts(column), None, column)
+    both = _keys(rules, names, _texts(column), None, column, pa.array(names, pa.string()))
     assert both.to_pylist() == python
     rule_of = np.zeros(len(column), np.int32)
     _, done = native.identities(column, rule_of, [rules["s.plain"].native_keys])
@@ -324,7 +324,8 @@ def test_typed_and_keyless_identities_are_the_python_identities_byte_for_byte() 
         python = [rules[table.name].key_of(t) for t in texts]
         _, done = native.identities(column, np.zeros(len(column), np.int32), [rules[table.name].native_keys])
         assert done.sum() > 150, table.name  # many in C; those with an escaped string (most, here) in Python
-        assert _keys(rules, [table.name] * len(column), _texts(column), None, column).to_pylist() == python
+        names = pa.array([table.name] * len(column), pa.string())
+        assert _keys(rules, names.to_pylist(), _texts(column), None, column, names).to_pylist() == python
 
 
 def test_equal_typed_values_are_one_identity_in_c_and_in_python() -> None:

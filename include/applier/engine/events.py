@@ -176,9 +176,9 @@ def _keys(
     images: Sequence[Any],
     decoded: list[Any] | None,
     column: pa.Array,
-    table_column: pa.Array | None = None,
+    tables: pa.Array,
 ) -> pa.Array:
-    """Each image's identity by its own table's rules (null for no image).
+    """Each image's identity by its own table's rules (null for no image); ``tables``: ``names`` as a column.
 
     The C pass writes them (:func:`applier.intermediate.native.identities`);
     those it leaves (an image with an escaped string, say) come from the
@@ -195,7 +195,6 @@ def _keys(
     plain = {name: r.native_keys for name, r in rules.items() if r.native_keys is not None}
     if not plain or native.LIBRARY is None:
         return pa.array([key(i) for i in range(len(names))], pa.binary())
-    tables = pa.array(names, pa.string()) if table_column is None else table_column
     found = pc.index_in(tables, value_set=pa.array(list(plain), pa.string()))
     rule_of = pc.fill_null(found, -1).to_numpy(zero_copy_only=False).astype(np.int32, copy=False)
     written, done = native.identities(column, rule_of, list(plain.values()))

@@ -123,13 +123,16 @@ def _hex(value: bytes) -> str:
     return value.hex()
 
 
+_FORMS: dict[str, Callable[[Any], Any]] = {
+    "double": _canonical_double, "timestamp": _micros, "date": _days, "binary": _hex,
+}  # fmt: skip
+"""The canonical forms of the types that have one, but decimals (whose form takes the column's scale)."""
+
+
 def _canonical(column: Column) -> Callable[[Any], Any] | None:
     """The canonical form of a non-null value of ``column`` (None: the value itself)."""
-    forms: dict[str, Callable[[Any], Any]] = {
-        "double": _canonical_double, "timestamp": _micros, "date": _days, "binary": _hex,
-    }  # fmt: skip
-    if column.type in forms:
-        return forms[column.type]
+    if column.type in _FORMS:
+        return _FORMS[column.type]
     scale = decimal_precision_scale(column.type)
     if scale is not None:
         return functools.partial(_canonical_decimal, decimal.Decimal(1).scaleb(-scale[1]), scale[1])
