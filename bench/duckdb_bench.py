@@ -29,6 +29,7 @@ import pyarrow.compute as pc
 from bench.measure import (
     REPO,
     BenchError,
+    TreeCpu,
     TreeMemory,
     progress,
     read_cycles,
@@ -39,7 +40,7 @@ from bench.measure import (
 )
 
 if TYPE_CHECKING:
-    from collections.abc import Callable
+    from collections.abc import Callable, Collection
 
     from bench.report import Add
     from bench.steps import Bench
@@ -70,10 +71,11 @@ def _children() -> set[int]:
     return found
 
 
-def _reap_orphans(before: set[int]) -> float:
+def _reap_orphans(before: set[int], sampled: Collection[int] = ()) -> float:
     """Wait for the descendants reparented to this process (not its children ``before``); their CPU seconds.
 
     Those still running after :data:`ORPHANS_WAIT_S` are killed, then reaped.
+    Those in ``sampled`` are reaped but not counted: their CPU was sampled.
     """
     cpu, deadline = 0.0, time.perf_counter() + ORPHANS_WAIT_S
     while orphans := _children() - before:
@@ -84,7 +86,7 @@ def _reap_orphans(before: set[int]) -> float:
                 done, _, usage = os.wait4(pid, os.WNOHANG)
             except ChildProcessError:
                 continue
-            if done:
+            if done and pid not in sampled:
                 cpu += usage.ru_utime + usage.ru_stime
         time.sleep(0.05)
     return cpu
@@ -101,8 +103,11 @@ def run_tree(
     reaped (``wait4``), which includes the descendants it reaped itself. Some
     are not reaped by their parent: Spark's JVM outlives the Python driver that
     started it. So this process is a child subreaper while the command runs:
-    such orphans are reparented here, waited for and counted too. Wall time
-    ends when ``cmd`` exits.
+    such orphans are reparented here, waited for and counted too. And some
+    are reaped by no one: PySpark's daemon ignores ``SIGCHLD``, so the kernel
+    drops its Python workers' usage as they end; those are sampled from
+    ``/proc`` every 0.2 s instead (:class:`~bench.measure.TreeCpu`, each at
+    the last figure seen). Wall time ends when ``cmd`` exits.
     """
     progress(f"{label}: {' '.join(cmd[1:])}")
     log_path.parent.mkdir(parents=True, exist_ok=True)
@@ -113,14 +118,15 @@ def run_tree(
         with open(log_path, "w", encoding="utf-8") as log:
             started = time.perf_counter()
             proc = subprocess.Popen(cmd, cwd=REPO, env=spark_env(), stdout=log, stderr=subprocess.STDOUT)
-            memory = TreeMemory(proc.pid)
+            memory, unreaped = TreeMemory(proc.pid), TreeCpu([proc.pid], with_roots=False, unreaped_only=True)
             if on_start is not None:
                 on_start(proc.pid)
             _, raw, usage = os.wait4(proc.pid, 0)  # not Popen.wait(): it would reap without the usage
             wall = time.perf_counter() - started
         proc.returncode = os.waitstatus_to_exitcode(raw)
         peak = memory.stop()
-        cpu = usage.ru_utime + usage.ru_stime + _reap_orphans(before)
+        orphans = _reap_orphans(before, unreaped.seen)
+        cpu = usage.ru_utime + usage.ru_stime + orphans + unreaped.stop()
     finally:
         _subreaper(False)
     progress(f"{label}: exit {proc.returncode}, {wall:.1f} s, CPU {cpu:.1f} s, peak tree RSS {peak:.0f} MiB")

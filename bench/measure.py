@@ -20,7 +20,10 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 REPO = Path(__file__).resolve().parents[1]
+TICK = os.sysconf("SC_CLK_TCK")
 VENV_BIN = REPO / ".venv" / "bin"
 MIB = 1024 * 1024
 SPARK_MASTER = "local[2]"
@@ -91,6 +94,106 @@ class TreeMemory:
         self._stop.set()
         self._thread.join()
         return self.peak_kib / 1024
+
+
+def _parents() -> dict[int, int]:
+    """pid -> parent pid of every process, from ``/proc``."""
+    found: dict[int, int] = {}
+    for entry in os.scandir("/proc"):
+        if entry.name.isdigit():
+            try:
+                with open(f"/proc/{entry.name}/stat", encoding="ascii", errors="replace") as fh:
+                    found[int(entry.name)] = int(fh.read().rsplit(")", 1)[1].split()[1])
+            except (OSError, IndexError, ValueError):
+                continue
+    return found
+
+
+def _cpu_s(pid: int) -> float | None:
+    """A process's own user and system CPU seconds so far (None once it is gone)."""
+    try:
+        with open(f"/proc/{pid}/stat", encoding="ascii", errors="replace") as fh:
+            fields = fh.read().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / TICK
+    except (OSError, IndexError, ValueError):
+        return None
+
+
+def _is_worker_daemon(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as fh:
+            return b"org.apache.spark.deploy.worker.Worker" in fh.read()
+    except OSError:
+        return False
+
+
+def _ignores_children(pid: int) -> bool:
+    """Whether ``pid`` ignores ``SIGCHLD``: the kernel then reaps its children and discards their resource usage."""
+    try:
+        with open(f"/proc/{pid}/status", encoding="ascii", errors="replace") as fh:
+            ignored = next((int(line.split()[1], 16) for line in fh if line.startswith("SigIgn:")), 0)
+    except (OSError, ValueError):
+        return False
+    return bool(ignored >> (signal.SIGCHLD - 1) & 1)
+
+
+class TreeCpu:
+    """Samples the CPU seconds of process trees every 0.2 s, until :meth:`stop`.
+
+    ``series`` holds ``(time, CPU seconds)`` at each sample: every process seen
+    so far at the last figure seen for it. The roots themselves count when
+    ``with_roots`` (the driver), not otherwise (a worker daemon's own JVM is the
+    cluster's, not the run's). Worker daemon JVMs never count. With
+    ``unreaped_only``, only the processes whose parent ignores ``SIGCHLD``
+    count: the kernel reaps those and drops their usage, so no ``wait4``
+    counts them (PySpark's daemon ignores it, so its Python workers' CPU
+    reaches no one).
+    """
+
+    def __init__(self, roots: list[int], *, with_roots: bool, unreaped_only: bool = False) -> None:
+        self.roots, self.with_roots, self.unreaped_only = set(roots), with_roots, unreaped_only
+        self.seen: dict[int, float] = {}
+        self.series: list[tuple[float, float]] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._poll, daemon=True)
+        self._thread.start()
+
+    def add_root(self, pid: int) -> None:
+        self.roots = self.roots | {pid}
+
+    def _tree(self) -> set[int]:
+        parents = _parents()
+        roots = set(self.roots)
+        found: set[int] = roots & set(parents) if self.with_roots else set()
+        frontier = {pid for pid, parent in parents.items() if parent in roots}
+        while frontier:
+            found |= frontier
+            frontier = {pid for pid, parent in parents.items() if parent in frontier and pid not in found}
+        if self.unreaped_only:
+            found = {pid for pid in found if parents.get(pid) is not None and _ignores_children(parents[pid])}
+        return {pid for pid in found if not _is_worker_daemon(pid)}
+
+    def _poll(self) -> None:
+        while not self._stop.wait(0.2):
+            for pid in self._tree():
+                cpu = _cpu_s(pid)
+                if cpu is not None:
+                    self.seen[pid] = max(cpu, self.seen.get(pid, 0.0))
+            self.series.append((time.time(), sum(self.seen.values())))
+
+    def stop(self) -> float:
+        """Stop sampling; the CPU seconds of every process seen."""
+        self._stop.set()
+        self._thread.join()
+        return sum(self.seen.values())
+
+    def between(self, start: float, end: float) -> float:
+        """CPU seconds spent from ``start`` to ``end`` (UNIX times), interpolated between samples."""
+        if not self.series:
+            return 0.0
+        times = [t for t, _ in self.series]
+        totals = [c for _, c in self.series]
+        return float(np.interp(end, times, totals) - np.interp(start, times, totals))
 
 
 def run_measured(

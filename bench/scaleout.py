@@ -27,7 +27,6 @@ import signal
 import socket
 import subprocess
 import sys
-import threading
 import time
 import urllib.request
 from collections.abc import Iterator
@@ -35,12 +34,11 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-import numpy as np
-
 from bench.duckdb_bench import run_tree
 from bench.measure import (
     MIB,
     BenchError,
+    TreeCpu,
     progress,
     read_cycles,
     spark_env,
@@ -56,7 +54,6 @@ if TYPE_CHECKING:
 GOAL_DRIVER_SHARE = 0.10  # issue 16: the driver at most 10% of a cycle's CPU seconds
 GOAL_MEMORY_RATIO = 1.25  # issue 16: the driver's peak independent of the cycle's size (a fifth for noise)
 STARTUP_S = 120.0
-TICK = os.sysconf("SC_CLK_TCK")
 
 
 def _free_port() -> int:
@@ -72,90 +69,6 @@ def _status(url: str) -> dict[str, Any]:
             return data
     except (OSError, ValueError):
         return {}
-
-
-def _parents() -> dict[int, int]:
-    """pid -> parent pid of every process, from ``/proc``."""
-    found: dict[int, int] = {}
-    for entry in os.scandir("/proc"):
-        if entry.name.isdigit():
-            try:
-                with open(f"/proc/{entry.name}/stat", encoding="ascii", errors="replace") as fh:
-                    found[int(entry.name)] = int(fh.read().rsplit(")", 1)[1].split()[1])
-            except (OSError, IndexError, ValueError):
-                continue
-    return found
-
-
-def _cpu_s(pid: int) -> float | None:
-    """A process's own user and system CPU seconds so far (None once it is gone)."""
-    try:
-        with open(f"/proc/{pid}/stat", encoding="ascii", errors="replace") as fh:
-            fields = fh.read().rsplit(")", 1)[1].split()
-        return (int(fields[11]) + int(fields[12])) / TICK
-    except (OSError, IndexError, ValueError):
-        return None
-
-
-def _is_worker_daemon(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/cmdline", "rb") as fh:
-            return b"org.apache.spark.deploy.worker.Worker" in fh.read()
-    except OSError:
-        return False
-
-
-class TreeCpu:
-    """Samples the CPU seconds of process trees every 0.2 s, until :meth:`stop`.
-
-    ``series`` holds ``(time, CPU seconds)`` at each sample: every process seen
-    so far at the last figure seen for it. The roots themselves count when
-    ``with_roots`` (the driver), not otherwise (a worker daemon's own JVM is the
-    cluster's, not the run's). Worker daemon JVMs never count.
-    """
-
-    def __init__(self, roots: list[int], *, with_roots: bool) -> None:
-        self.roots, self.with_roots = set(roots), with_roots
-        self.seen: dict[int, float] = {}
-        self.series: list[tuple[float, float]] = []
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._poll, daemon=True)
-        self._thread.start()
-
-    def add_root(self, pid: int) -> None:
-        self.roots = self.roots | {pid}
-
-    def _tree(self) -> set[int]:
-        parents = _parents()
-        roots = set(self.roots)
-        found: set[int] = roots & set(parents) if self.with_roots else set()
-        frontier = {pid for pid, parent in parents.items() if parent in roots}
-        while frontier:
-            found |= frontier
-            frontier = {pid for pid, parent in parents.items() if parent in frontier and pid not in found}
-        return {pid for pid in found if not _is_worker_daemon(pid)}
-
-    def _poll(self) -> None:
-        while not self._stop.wait(0.2):
-            for pid in self._tree():
-                cpu = _cpu_s(pid)
-                if cpu is not None:
-                    self.seen[pid] = max(cpu, self.seen.get(pid, 0.0))
-            self.series.append((time.time(), sum(self.seen.values())))
-
-    def stop(self) -> float:
-        """Stop sampling; the CPU seconds of every process seen."""
-        self._stop.set()
-        self._thread.join()
-        return sum(self.seen.values())
-
-    def between(self, start: float, end: float) -> float:
-        """CPU seconds spent from ``start`` to ``end`` (UNIX times), interpolated between samples."""
-        if not self.series:
-            return 0.0
-        times = [t for t, _ in self.series]
-        totals = [c for _, c in self.series]
-        return float(np.interp(end, times, totals) - np.interp(start, times, totals))
 
 
 @contextmanager

@@ -179,6 +179,20 @@ def test_the_process_tree_cpu_includes_a_descendant_its_parent_never_waited_for(
     assert _children_of_this_process() <= before, "the orphan was left here, not reaped"
 
 
+def test_the_process_tree_cpu_includes_children_the_kernel_reaped_for_a_parent_ignoring_them(tmp_path: Path) -> None:
+    # PySpark's daemon ignores SIGCHLD: its workers' usage reaches no wait4, so it is sampled (a second, less a sample).
+    child = "import time\nwhile time.process_time() < 1.0: pass"
+    parent = textwrap.dedent(f"""\
+        import os, signal, subprocess, sys, time
+        signal.signal(signal.SIGCHLD, signal.SIG_IGN)
+        worker = subprocess.Popen([sys.executable, '-c', {child!r}])
+        while os.path.exists(f'/proc/{{worker.pid}}'): time.sleep(0.05)
+        """)
+    run = run_tree([sys.executable, "-c", parent], tmp_path / "log", "ignored")
+    assert run["code"] == 0
+    assert 0.7 <= run["cpu_s"] <= 1.6
+
+
 def _children_of_this_process() -> set[str]:
     found = subprocess.run(["pgrep", "-P", str(os.getpid())], capture_output=True, check=False, text=True)
     return set(found.stdout.split())

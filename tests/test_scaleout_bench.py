@@ -1,4 +1,4 @@
-"""The scale-out step's measuring (bench/scaleout.py): the driver's and the executors' CPU seconds.
+"""The scale-out step's measuring (bench/measure.py's sampler): the driver's and the executors' CPU seconds.
 
 The step itself needs a Spark cluster and minutes; here its sampler must count
 the CPU of the processes below a daemon (its children's children too) and
@@ -16,7 +16,7 @@ REPO = Path(__file__).resolve().parents[1]
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
-from bench.scaleout import TreeCpu  # noqa: E402
+from bench.measure import TreeCpu  # noqa: E402
 
 BURN = "import time\nend = time.process_time() + 1.0\nwhile time.process_time() < end: pass\n"
 
