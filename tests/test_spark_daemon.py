@@ -13,7 +13,7 @@ import pyspark
 import pytest
 
 from applier.engine.session import DEFAULTS
-from applier.engine.spark_daemon import without_bundled_pyspark
+from applier.engine.spark_daemon import PRELOADED, without_bundled_pyspark
 
 INSTALLED = Path(pyspark.__file__).resolve().parent
 BUNDLED = INSTALLED / "python" / "lib" / "pyspark.zip"
@@ -50,14 +50,17 @@ import pyarrow as pa
 from applier.config import load_config
 from applier.engine.session import start_spark
 
+from applier.engine.spark_daemon import PRELOADED
+
 def where(batches):
     import pyspark
     jars = [p for p in sys.path if p.endswith(".jar")]
+    found = ",".join(name for name in PRELOADED if name in sys.modules)  # before this task made an array
     for _ in batches:
-        yield pa.RecordBatch.from_pydict({"file": [pyspark.__file__], "jars": [len(jars)]})
+        yield pa.RecordBatch.from_pydict({"file": [pyspark.__file__], "jars": [len(jars)], "found": [found]})
 
 spark = start_spark(load_config(None, sys.argv[1:]))
-print(json.dumps(list(spark.range(1, numPartitions=1).mapInArrow(where, "file string, jars long").collect()[0])))
+print(json.dumps(list(spark.range(1, numPartitions=1).mapInArrow(where, "file string, jars long, found string").collect()[0])))
 """
 
 
@@ -76,12 +79,14 @@ def test_a_run_s_workers_import_pyspark_from_the_installed_package(tmp_path: Pat
         [sys.executable, "-c", WORKER_PYSPARK, *settings], capture_output=True, text=True, timeout=300, check=False
     )
     assert done.returncode == 0, done.stderr[-2000:]
-    file, jars = json.loads(done.stdout.strip().splitlines()[-1])
+    file, jars, found = json.loads(done.stdout.strip().splitlines()[-1])
     imported = Path(file)
     if daemon == "default":
         assert DEFAULTS["spark.python.daemon.module"] == "applier.engine.spark_daemon"
         assert imported.resolve().parent == INSTALLED, imported
         assert jars == 0, "Spark's JAR left the path before the worker was forked"
+        assert found.split(",") == list(PRELOADED), "the daemon imported them before it forked the worker"
     else:
         assert "pyspark.zip" in imported.parts, imported
         assert jars > 0
+        assert "applier.engine.netting" not in found.split(","), found

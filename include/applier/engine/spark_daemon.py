@@ -16,11 +16,24 @@ no pyspark installed, or another version of it) those zips stay. Spark's JAR
 leaves the path too, before any worker is forked
 (:func:`~applier.engine.worker_path.trim_import_caches`; it holds no Python).
 
+Before it forks any worker, it also imports what every worker's first task
+would import (:data:`PRELOADED`): the modules of the engine's Spark tasks,
+pyarrow's compute functions, and pandas, which pyarrow imports as it makes
+its first array. A forked worker starts with them, so they are imported
+once per daemon rather than once per worker: on the narrow benchmark
+workload in one cycle (``local[2]``), 0.3 CPU s less a worker and the run
+0.15 s sooner end to end (eight runs each, alternating); on an executor of
+more cores, that much less for every worker but one. A module that cannot
+be imported there (an executor without it) is left to the worker, as before.
+
 Spark runs it as its ``spark.python.daemon.module`` (:mod:`applier.engine.session`).
 """
 
 from __future__ import annotations
 
+import contextlib
+import gc
+import importlib
 import importlib.machinery
 import importlib.metadata
 import runpy
@@ -29,6 +42,9 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from applier.engine.worker_path import trim_import_caches
+
+PRELOADED = ("pandas", "pyarrow.compute", "applier.engine.sources", "applier.engine.netting")
+"""What the daemon imports before forking workers: each cycle's compile runs tasks of the last two."""
 
 
 def without_bundled_pyspark(path: Sequence[str]) -> list[str]:
@@ -43,6 +59,19 @@ def without_bundled_pyspark(path: Sequence[str]) -> list[str]:
     lib = Path(found.origin).resolve().parent / "python" / "lib"
     kept = [entry for entry in path if _bundled(entry) and not _installed_copy(Path(entry), lib, rest)]
     return [entry for entry in path if entry in kept or not _bundled(entry)]
+
+
+def preload(modules: Sequence[str] = PRELOADED) -> None:
+    """Import ``modules``, those that can be: the workers forked afterwards start with them.
+
+    What they made is then frozen out of the collector's sight (as Python
+    advises before a fork): a worker's collections never write to those
+    objects, so their memory pages stay shared with the daemon.
+    """
+    for name in modules:
+        with contextlib.suppress(ImportError):
+            importlib.import_module(name)
+    gc.freeze()
 
 
 def _bundled(entry: str) -> bool:
@@ -67,4 +96,5 @@ def _installed_copy(zipped: Path, lib: Path, rest: Sequence[str]) -> bool:
 if __name__ == "__main__":
     sys.path[:] = without_bundled_pyspark(sys.path)
     trim_import_caches()  # and Spark's JAR: each worker forked would read its directory before its first task
+    preload()
     runpy.run_module("pyspark.daemon", run_name="__main__", alter_sys=True)
