@@ -60,7 +60,8 @@ def where(batches):
         yield pa.RecordBatch.from_pydict({"file": [pyspark.__file__], "jars": [len(jars)], "found": [found]})
 
 spark = start_spark(load_config(None, sys.argv[1:]))
-print(json.dumps(list(spark.range(1, numPartitions=1).mapInArrow(where, "file string, jars long, found string").collect()[0])))
+found = spark.range(1, numPartitions=1).mapInArrow(where, "file string, jars long, found string").collect()[0]
+print(json.dumps(list(found)))
 """
 
 

@@ -14,15 +14,16 @@ from typing import TYPE_CHECKING
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from applier.config import load_config
+from applier.config import Config, load_config
 from applier.engine.checkpoint import CheckpointStore
-from applier.errors import UsageError
+from applier.errors import ApplierError, UsageError
 from applier.intermediate.pairs import MIB, list_pairs
 from applier.intermediate.scan import scan_directory
 from applier.planner import plan_backlog
 from applier.preflight import check_folders, refused_pairs, tables_to_validate
 
 if TYPE_CHECKING:
+    from applier.engine.jvm_launch import LaunchedJvm
     from applier.generate import GenerateSummary
 
 _err = Console(stderr=True)
@@ -153,15 +154,38 @@ def plan(args: argparse.Namespace) -> int:
     return 0
 
 
+def _launch_ahead(config: Config) -> LaunchedJvm | None:
+    """The driver's JVM, launched now when a pair waits after the checkpoint (:mod:`applier.engine.jvm_launch`).
+
+    None when none waits, or when the checkpoint or the folder cannot be read: the run says why, without a JVM.
+    """
+    try:
+        applied = CheckpointStore(config.work_dir).load().applied_seq
+        waiting = list_pairs(config.intermediate_dir, applied + 1).pairs
+    except (ApplierError, OSError):
+        return None
+    if not waiting:
+        return None
+    from applier.engine.jvm_launch import launch
+    from applier.engine.session import application_conf
+
+    return launch(application_conf(config))
+
+
 def run(args: argparse.Namespace) -> int:
     """``applier run``: apply cycles until caught up or the cycle limit."""
-    from applier.engine.api import configure_logging, run_applier
-
     config = load_config(args.config, args.overrides)
     if args.max_cycles is not None and args.max_cycles < 0:
         raise UsageError(f"--max-cycles {args.max_cycles} must be 0 (until caught up) or more")
-    configure_logging()
-    summary = run_applier(config, max_cycles=args.max_cycles, run_key=args.run_key)
+    jvm = _launch_ahead(config)  # before the engine's imports: the JVM starts while they load
+    try:
+        from applier.engine.api import configure_logging, run_applier
+
+        configure_logging()
+        summary = run_applier(config, max_cycles=args.max_cycles, run_key=args.run_key, jvm=jvm)
+    finally:
+        if jvm is not None:
+            jvm.drop()  # the run ended before it needed Spark: the JVM stops, unheard
     cp = summary.checkpoint
     if not (summary.replay or summary.cycles_run):
         print(

@@ -11,6 +11,7 @@ from typing import Any
 from applier.config import Config
 from applier.engine.checkpoint import CheckpointStore
 from applier.engine.driver_memory import use_system_allocator
+from applier.engine.jvm_launch import LaunchedJvm
 from applier.engine.last_run import record_run
 from applier.engine.ledger import (
     Clock,
@@ -50,6 +51,7 @@ def run_applier(
     on_cycle: Callable[[CycleReport], None] | None = None,
     run_key: str | None = None,
     clock: Clock = utc_now,
+    jvm: LaunchedJvm | None = None,
 ) -> RunSummary:
     """Run apply cycles until caught up or the cycle limit, or replay a finished run.
 
@@ -71,6 +73,7 @@ def run_applier(
         on_cycle: called with each cycle's report.
         run_key: the run's key (Airflow: one per DAG run), or None.
         clock: the time of ledger entries and of intermediate retention.
+        jvm: the driver's JVM launched ahead (``applier run``), which the session joins when it starts.
 
     Raises:
         UsageError: the run key is blank, too long or not printable.
@@ -93,8 +96,8 @@ def run_applier(
         check_run_key(run_key)  # a bad key is refused before Spark starts, as before the lock
     check_folders(config, writing=True)
     # Spark starts at the first apply: every check before it (the locks, the state files, the target, the
-    # first cycle's pairs) answers in about a second, and a run with nothing to do starts no JVM.
-    session = LazySession(lambda: start_spark(config, set_master=set_master), spark)
+    # first cycle's pairs) answers in about a second, and a run with nothing to do starts no Spark (nor a JVM).
+    session = LazySession(lambda: start_spark(config, set_master=set_master, jvm=jvm), spark)
     # One run at a time: the folder's lock, then the target's, both before anything changes or Spark starts.
     with RunLock(config.work_dir, config.configuration_name, run_key=run_key):
         started, cycles = clock(), 0

@@ -10,6 +10,7 @@ from typing import Any, TypeVar
 
 from applier.config import Config
 from applier.engine.jvm_archive import archive_options
+from applier.engine.jvm_launch import LaunchedJvm
 
 T = TypeVar("T")
 
@@ -91,22 +92,38 @@ def spark_conf(config: Config) -> dict[str, str]:
     return {**DEFAULTS, "spark.driver.extraJavaOptions": driver, **dict(config.spark.conf)}
 
 
-def start_spark(config: Config, *, set_master: bool = True) -> SparkApp:
+def application_conf(config: Config, *, set_master: bool = True) -> dict[str, str]:
+    """The Spark properties the run's application starts with: its name, its master (unless not ours), the rest."""
+    master = {"spark.master": config.spark.master} if set_master else {}
+    return {"spark.app.name": f"applier-{config.configuration_name}", **master, **spark_conf(config)}
+
+
+def start_spark(config: Config, *, set_master: bool = True, jvm: LaunchedJvm | None = None) -> SparkApp:
     """Start (or join) the Spark application for ``config``; its SQL session starts when first used.
 
     Args:
         config: the configuration (``spark.master``, ``spark.conf.*``).
         set_master: False under spark-submit, whose ``--master`` decides.
+        jvm: the driver's JVM launched ahead for this configuration (:mod:`applier.engine.jvm_launch`),
+            joined when no application runs in this process yet; None: PySpark launches one.
     """
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    # PySpark imports its testing utilities at its first call into the JVM with arguments, inside the
+    # context's start (0.06-0.1 s): imported here, they load while the JVM starts.
+    import pyspark.testing.utils  # noqa: F401
     from pyspark import SparkConf, SparkContext
 
-    conf = SparkConf().setAppName(f"applier-{config.configuration_name}")
-    if set_master:
-        conf.setMaster(config.spark.master)
-    for key, value in spark_conf(config).items():
-        conf.set(key, value)
-    context = SparkContext.getOrCreate(conf)
+    settings = application_conf(config, set_master=set_master)
+    conf = SparkConf().setAll(list(settings.items()))
+    if jvm is not None and SparkContext._active_spark_context is None:
+        with jvm.joined(settings) as joined:
+            context = SparkContext.getOrCreate(conf)
+        if joined and SparkContext._gateway is not None:
+            SparkContext._gateway.proc = jvm.process  # where PySpark keeps the JVM it launched: alive as long
+    else:
+        if jvm is not None:
+            jvm.drop()  # an application runs here already
+        context = SparkContext.getOrCreate(conf)
     context.setLogLevel("WARN")
     return SparkApp(context)
 
@@ -161,7 +178,7 @@ class SparkApp:
 
 
 class LazySession:
-    """A Spark session started on first use: a run with nothing to do, or refused before reading, starts no JVM.
+    """A Spark session started on first use: a run with nothing to do, or refused before reading, starts no Spark.
 
     Everything a run checks before it reads (the configuration, folders, the
     target's reachability and state, the next pair's header) takes about a
@@ -170,6 +187,8 @@ class LazySession:
     starts while the driver reads the first cycle's pairs; :meth:`get` waits
     for it. Started there, PySpark sets no SIGINT handler of its own (it only
     does on the main thread): Ctrl-C stops the run as any Python program.
+    (``applier run`` launches the JVM itself sooner, and the session joins it:
+    :mod:`applier.engine.jvm_launch`.)
 
     Args:
         start: starts (or joins) the session; called at most once.

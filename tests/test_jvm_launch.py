@@ -1,0 +1,113 @@
+"""``applier run`` launches its driver's JVM ahead of PySpark, and PySpark joins that JVM; one never joined is unheard.
+
+Each JVM here is real (``spark-submit pyspark-shell`` from the installed
+pyspark); a run that joins one does so in a fresh process, as ``applier run``
+does, since this test process may hold a Spark application already.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from applier.config import load_config
+from applier.engine.jvm_launch import launch
+from applier.engine.runlock import RunLock
+from applier.engine.session import application_conf
+from applier.errors import RunLockedError
+from applier.generate import generate_workload
+
+
+def _settings(tmp_path: Path) -> list[str]:
+    return [
+        "configuration_name=ahead",
+        f"intermediate_dir={tmp_path / 'in'}",
+        f"output_dir={tmp_path / 'out'}",
+        f"target.path={tmp_path / 'target'}",
+        "spark.master=local[1]",
+    ]
+
+
+JOIN = """
+import json, sys
+from applier.config import load_config
+from applier.engine.jvm_launch import launch
+from applier.engine.session import application_conf, start_spark
+
+config = load_config(None, sys.argv[1:])
+jvm = launch(application_conf(config))
+app = start_spark(config, jvm=jvm)
+context = app.sparkContext
+print(json.dumps({
+    "launched": jvm.process.pid,
+    "serving": context._jvm.java.lang.ProcessHandle.current().pid(),
+    "kept": context._gateway.proc is jvm.process,
+    "sum": context.parallelize(range(10), 2).sum(),
+}))
+"""
+
+
+def test_pyspark_joins_the_jvm_launched_ahead_and_its_output_comes_through(tmp_path: Path) -> None:
+    done = subprocess.run(
+        [sys.executable, "-c", JOIN, *_settings(tmp_path)], capture_output=True, text=True, timeout=300, check=False
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    found = json.loads(done.stdout.strip().splitlines()[-1])
+    assert found["serving"] == found["launched"], "the application runs in the JVM launched ahead"
+    assert found["kept"] and found["sum"] == 45
+    assert "log4j" in done.stderr, "what the JVM printed before it was joined was held back, then passed on"
+
+
+def test_a_jvm_never_joined_is_stopped_and_unheard(tmp_path: Path, capfd: pytest.CaptureFixture[str]) -> None:
+    jvm = launch(application_conf(load_config(None, _settings(tmp_path))))
+    assert jvm is not None
+    with jvm.joined({"spark.app.name": "another configuration"}) as joined:
+        assert not joined, "settings other than the launch's: PySpark launches its own JVM"
+    assert jvm.process.poll() is not None, "the JVM launched ahead was stopped"
+    jvm.drop()  # again: nothing
+    out, err = capfd.readouterr()
+    assert out == "" and err == ""
+
+
+def test_a_jvm_that_cannot_start_is_dropped_without_a_word(tmp_path: Path, capfd: pytest.CaptureFixture[str]) -> None:
+    os.environ["JAVA_HOME"], saved = "/nonexistent/java-home", os.environ.get("JAVA_HOME")
+    try:
+        settings = application_conf(load_config(None, _settings(tmp_path)))
+        jvm = launch(settings)
+        assert jvm is not None
+        with jvm.joined(settings) as joined:
+            assert not joined, "PySpark then launches one itself, and fails as it always did"
+    finally:
+        os.environ.pop("JAVA_HOME")
+        if saved is not None:
+            os.environ["JAVA_HOME"] = saved
+    assert jvm.process.poll() is not None
+    out, err = capfd.readouterr()
+    assert out == "" and err == ""
+
+
+def test_under_spark_submit_nothing_is_launched(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("PYSPARK_GATEWAY_PORT", "1")  # spark-submit started this Python: its JVM is there
+    assert launch(application_conf(load_config(None, _settings(tmp_path)))) is None
+
+
+def test_a_run_refused_after_the_launch_prints_its_one_line_and_leaves_no_jvm(tmp_path: Path) -> None:
+    generate_workload(tmp_path / "in", seed=4, transactions=30, file_size_mb=0.02)  # a pair waits: the JVM launches
+    settings = ["configuration_name=refused_ahead", *_settings(tmp_path)[1:]]
+    config = load_config(None, settings)
+    (tmp_path / "applier.yaml").write_text("".join(line.replace("=", ": ", 1) + "\n" for line in settings[:3]))
+    overrides = [arg for setting in settings[3:] for arg in ("--set", setting)]
+    with RunLock(config.work_dir, config.configuration_name):  # and the run is refused before it needs Spark
+        done = subprocess.run(
+            [sys.executable, "-m", "applier.cli", "run", "--config", str(tmp_path / "applier.yaml"), *overrides],
+            capture_output=True, text=True, timeout=300, check=False,
+        )  # fmt: skip
+        left = subprocess.run(["pgrep", "-f", "spark.app.name=applier-refused_ahead"], capture_output=True, text=True)
+    assert done.returncode == RunLockedError.exit_code, done.stderr
+    assert len(done.stderr.splitlines()) == 1 and done.stderr.startswith("applier: error: "), done.stderr
+    assert left.stdout == "", "the JVM launched ahead was stopped before the run ended"
