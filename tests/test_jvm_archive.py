@@ -11,7 +11,18 @@ from pathlib import Path
 import pytest
 
 from applier.config import load_config
-from applier.engine.jvm_archive import ENV, archive_options, archive_path, make_archive, usable
+from applier.engine.jvm_archive import (
+    ENV,
+    archive_options,
+    archive_path,
+    launcher_archive_path,
+    launcher_env,
+    launcher_options,
+    make_archive,
+    make_launcher_archive,
+    usable,
+)
+from applier.engine.jvm_launch import spark_home
 from applier.engine.session import (
     CLUSTER_DRIVER_JVM_OPTIONS,
     DRIVER_JVM_OPTIONS,
@@ -30,6 +41,29 @@ def test_the_options_name_the_archive_only_when_it_is_there(tmp_path: Path, monk
     assert driver_java_options().startswith(DRIVER_JVM_OPTIONS)
     monkeypatch.setenv(ENV, "off")
     assert archive_path() is None and driver_java_options() == DRIVER_JVM_OPTIONS
+
+
+def test_spark_submit_s_launcher_jvm_compiles_with_c1_and_maps_its_archive_when_there(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv(ENV, str(tmp_path / "spark-driver-x.jsa"))
+    monkeypatch.delenv("SPARK_LAUNCHER_OPTS", raising=False)
+    launcher = launcher_archive_path()
+    assert launcher == tmp_path / "spark-launcher-x.jsa"
+    assert launcher_options() == "-XX:TieredStopAtLevel=1" and launcher_env() == {
+        "SPARK_LAUNCHER_OPTS": launcher_options()
+    }
+    launcher.write_bytes(b"made")
+    assert f"-XX:SharedArchiveFile={launcher}" in launcher_options().split()
+    monkeypatch.setenv("SPARK_LAUNCHER_OPTS", "-Xmx64m")  # an operator's own: kept
+    assert launcher_env() == {}
+
+
+def test_the_launcher_archive_is_made_by_one_spark_submit_and_maps(tmp_path: Path) -> None:
+    home = spark_home()
+    assert home is not None
+    assert make_launcher_archive(tmp_path / "launcher.jsa", home)
+    assert usable(tmp_path / "launcher.jsa")
 
 
 def test_a_driver_whose_executors_are_elsewhere_keeps_a_small_young_generation(
@@ -51,6 +85,8 @@ def test_setup_made_this_installations_archive_and_a_damaged_copy_is_never_used(
     assert made is not None and made.is_file(), "make setup makes the archive (python -m applier.engine.jvm_archive)"
     assert made.parent == Path(sys.prefix) / "share" / "cdc-applier"
     assert usable(made)
+    launcher = launcher_archive_path()
+    assert launcher is not None and launcher.is_file() and usable(launcher), "and spark-submit's launcher's"
     truncated = tmp_path / "truncated.jsa"
     with made.open("rb") as whole:
         truncated.write_bytes(whole.read(made.stat().st_size // 3))

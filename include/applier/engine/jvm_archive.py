@@ -16,6 +16,14 @@ archive would crash the JVM instead, so an archive is checked by a JVM before
 it is moved into place, atomically.
 
 ``APPLIER_JVM_ARCHIVE`` names another archive file, or ``off`` for none.
+
+Before the driver's JVM, ``spark-submit`` starts a small one of its own
+(``org.apache.spark.launcher.Main``) that only builds the driver's command
+line: 0.15 s and 0.2 CPU s of every run's start here. It gets its own archive
+beside the driver's, made the same way (:func:`make_launcher_archive`), and
+compiles with C1 only (:func:`launcher_options`, given to it as
+``SPARK_LAUNCHER_OPTS``): 0.04 s. An operator's own ``SPARK_LAUNCHER_OPTS``
+is kept.
 """
 
 from __future__ import annotations
@@ -52,6 +60,24 @@ def archive_path() -> Path | None:
         return None
     key = hashlib.sha256(f"{importlib.metadata.version('pyspark')}|{java}".encode()).hexdigest()[:12]
     return Path(sys.prefix) / "share" / "cdc-applier" / f"spark-driver-{key}.jsa"
+
+
+def launcher_archive_path() -> Path | None:
+    """Where the archive of spark-submit's launcher JVM is (beside the driver's); None as :func:`archive_path`."""
+    path = archive_path()
+    return None if path is None else path.with_name(path.name.replace("spark-driver-", "spark-launcher-", 1))
+
+
+def launcher_options() -> str:
+    """The launcher JVM's options: C1 only, and its archive when there is one."""
+    path = launcher_archive_path()
+    archive = f" -XX:SharedArchiveFile={path} {_QUIET}" if path is not None and path.is_file() else ""
+    return f"-XX:TieredStopAtLevel=1{archive}"
+
+
+def launcher_env() -> dict[str, str]:
+    """``SPARK_LAUNCHER_OPTS`` for a spark-submit to start with (nothing when the operator set it)."""
+    return {} if "SPARK_LAUNCHER_OPTS" in os.environ else {"SPARK_LAUNCHER_OPTS": launcher_options()}
 
 
 def archive_options() -> str:
@@ -113,25 +139,50 @@ def make_archive(path: Path, jvm_options: str) -> bool:
         if not dumped.is_file() or not usable(dumped):
             log.warning("no JVM archive: the JVM did not leave a usable one")
             return False
-        path.parent.mkdir(parents=True, exist_ok=True)
-        staged = path.with_name(path.name + ".tmp")
-        shutil.copyfile(dumped, staged)
-        os.replace(staged, path)
+        _put(dumped, path)
     return True
 
 
+def make_launcher_archive(path: Path, spark_home: Path) -> bool:
+    """Make the launcher JVM's archive at ``path`` by one ``spark-submit --version``; whether it was made."""
+    with tempfile.TemporaryDirectory(prefix="applier-jvm-archive-") as work:
+        dumped = Path(work) / "launcher.jsa"
+        env = {**os.environ, "SPARK_HOME": str(spark_home), "SPARK_LAUNCHER_OPTS": f"-XX:ArchiveClassesAtExit={dumped}"}
+        command = [str(spark_home / "bin" / "spark-submit"), "--version"]
+        done = subprocess.run(command, env=env, capture_output=True, check=False, cwd=work)
+        if done.returncode != 0 or not dumped.is_file() or not usable(dumped):
+            log.warning("no launcher JVM archive: spark-submit --version exited %d", done.returncode)
+            return False
+        _put(dumped, path)
+    return True
+
+
+def _put(dumped: Path, path: Path) -> None:
+    """Copy an archive into place atomically (a JVM mapping a half-written one would crash)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    staged = path.with_name(path.name + ".tmp")
+    shutil.copyfile(dumped, staged)
+    os.replace(staged, path)
+
+
 def main() -> int:
-    """Make this installation's archive unless it is there (``make setup``); 0 even when it cannot be made."""
+    """Make this installation's archives unless they are there (``make setup``); 0 even when they cannot be made."""
     logging.basicConfig(level=logging.INFO, format="%(message)s")
+    from applier.engine.jvm_launch import spark_home
     from applier.engine.session import JVM_OPTIONS
 
-    path = archive_path()
-    if path is None:
+    path, launcher, home = archive_path(), launcher_archive_path(), spark_home()
+    if path is None or launcher is None:
         log.info("JVM archive: switched off (%s) or no java found", ENV)
-    elif path.is_file():
+        return 0
+    if path.is_file():
         log.info("JVM archive: %s is there", path)
     elif make_archive(path, JVM_OPTIONS):
         log.info("JVM archive: made %s (%d MiB)", path, path.stat().st_size >> 20)
+    if launcher.is_file():
+        log.info("JVM archive: %s is there", launcher)
+    elif home is not None and make_launcher_archive(launcher, home):
+        log.info("JVM archive: made %s (%d MiB)", launcher, launcher.stat().st_size >> 20)
     return 0
 
 

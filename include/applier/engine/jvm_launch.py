@@ -43,6 +43,8 @@ from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import IO, Any
 
+from applier.engine.jvm_archive import launcher_env
+
 JOIN_TIMEOUT_S = 300.0
 """How long :meth:`LaunchedJvm.joined` waits for the JVM's connection file (Spark's own wait has no limit)."""
 
@@ -70,7 +72,8 @@ def launch(conf: Mapping[str, str]) -> LaunchedJvm | None:
     for key, value in conf.items():
         command += ["--conf", f"{key}={value}"]
     command += shlex.split(os.environ.get("PYSPARK_SUBMIT_ARGS", "pyspark-shell"))
-    return LaunchedJvm(command, dict(conf))
+    # SPARK_HOME given, spark-submit need not run Python to find it; its launcher JVM starts archived.
+    return LaunchedJvm(command, dict(conf), {"SPARK_HOME": str(home), **launcher_env()})
 
 
 class LaunchedJvm:
@@ -79,13 +82,14 @@ class LaunchedJvm:
     Args:
         command: the ``spark-submit`` command line.
         conf: the Spark properties it was given (PySpark's must be the same to join it).
+        extra_env: set in its environment besides this process's.
     """
 
-    def __init__(self, command: list[str], conf: dict[str, str]) -> None:
+    def __init__(self, command: list[str], conf: dict[str, str], extra_env: Mapping[str, str]) -> None:
         self.conf = conf
         self._folder = tempfile.mkdtemp(prefix="applier-jvm-")
         self._info = Path(self._folder) / "connection"
-        env = {**os.environ, "SPARK_CONNECT_MODE": "0", "_PYSPARK_DRIVER_CONN_INFO_PATH": str(self._info)}
+        env = {**os.environ, "SPARK_CONNECT_MODE": "0", "_PYSPARK_DRIVER_CONN_INFO_PATH": str(self._info), **extra_env}
         self._joined = False
         self._dropped = False
         self._lock = threading.Lock()

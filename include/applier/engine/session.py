@@ -9,7 +9,7 @@ from functools import cached_property
 from typing import Any, TypeVar
 
 from applier.config import Config
-from applier.engine.jvm_archive import archive_options
+from applier.engine.jvm_archive import archive_options, launcher_env
 from applier.engine.jvm_launch import LaunchedJvm
 
 T = TypeVar("T")
@@ -108,6 +108,7 @@ def start_spark(config: Config, *, set_master: bool = True, jvm: LaunchedJvm | N
             joined when no application runs in this process yet; None: PySpark launches one.
     """
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    os.environ.update(launcher_env())  # were PySpark to launch the JVM itself (its launcher's options)
     # PySpark imports its testing utilities at its first call into the JVM with arguments, inside the
     # context's start (0.06-0.1 s): imported here, they load while the JVM starts.
     import pyspark.testing.utils  # noqa: F401
