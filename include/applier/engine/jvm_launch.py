@@ -41,7 +41,7 @@ import threading
 import time
 from collections.abc import Iterator, Mapping
 from pathlib import Path
-from typing import IO, Any
+from typing import IO
 
 from applier.engine.jvm_archive import launcher_env
 
@@ -93,7 +93,7 @@ class LaunchedJvm:
         self._joined = False
         self._dropped = False
         self._lock = threading.Lock()
-        self._held: list[tuple[Any, str]] = []
+        self._held: list[tuple[str, str]] = []  # (sink, line) until joined
         # stdin stays open: the JVM ends when it reads its end (this process gone), as PySpark arranges.
         self.process = subprocess.Popen(
             command,
