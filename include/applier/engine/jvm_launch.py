@@ -21,6 +21,12 @@ a process started by spark-submit itself) leaves the launch to PySpark, as
 before. A launch that failed (no Java) is dropped too, and PySpark's own
 launch then fails with its usual message.
 
+The JVM's own output goes through this process (to hold it back), but the
+JVM also holds this process's stdout and stderr open, unused, as PySpark's
+JVM does by inheriting them: whoever reads a run's output to its end still
+waits for the JVM, which outlives the Python driver by a moment (and writes
+a class archive at its exit when asked to: ``make setup`` relies on that).
+
 The command, environment and connection file follow
 ``pyspark.java_gateway.launch_gateway`` (the pinned PySpark's).
 """
@@ -94,15 +100,24 @@ class LaunchedJvm:
         self._dropped = False
         self._lock = threading.Lock()
         self._held: list[tuple[str, str]] = []  # (sink, line) until joined
-        # stdin stays open: the JVM ends when it reads its end (this process gone), as PySpark arranges.
-        self.process = subprocess.Popen(
-            command,
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            env=env,
-            preexec_fn=_ignore_sigint,  # Ctrl-C stops the run, which stops its JVM
-        )
+        # The JVM also holds this process's own stdout and stderr, unused, as PySpark's JVM holds them: whoever
+        # reads them to their end (a scheduler's task, a pipe) still waits for the JVM's exit, which outlives
+        # this process by a moment (a class archive is written then, say).
+        held = _duplicates(sys.__stdout__, sys.__stderr__)
+        try:
+            # stdin stays open: the JVM ends when it reads its end (this process gone), as PySpark arranges.
+            self.process = subprocess.Popen(
+                command,
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                env=env,
+                pass_fds=held,
+                preexec_fn=_ignore_sigint,  # Ctrl-C stops the run, which stops its JVM
+            )
+        finally:
+            for fd in held:
+                os.close(fd)
         self._relays = [self._relay(self.process.stdout, "stdout"), self._relay(self.process.stderr, "stderr")]
 
     def _relay(self, source: IO[bytes] | None, sink: str) -> threading.Thread:
@@ -169,6 +184,15 @@ class LaunchedJvm:
         for relay in self._relays:
             relay.join(timeout=5)
         shutil.rmtree(self._folder, ignore_errors=True)
+
+
+def _duplicates(*streams: IO[str] | None) -> tuple[int, ...]:
+    """Duplicates of the streams' descriptors, those that have one."""
+    found = []
+    for stream in filter(None, streams):
+        with contextlib.suppress(OSError, ValueError):  # closed, or not a file
+            found.append(os.dup(stream.fileno()))
+    return tuple(found)
 
 
 def _ignore_sigint() -> None:
