@@ -63,6 +63,33 @@ def test_pyspark_joins_the_jvm_launched_ahead_and_its_output_comes_through(tmp_p
     assert "log4j" in done.stderr, "what the JVM printed before it was joined was held back, then passed on"
 
 
+AGAIN = """
+import json, sys
+from applier.config import load_config
+from applier.engine.jvm_launch import launch
+from applier.engine.session import application_conf, start_spark
+
+config = load_config(None, sys.argv[1:])
+first = start_spark(config).sparkContext
+serving = first._jvm.java.lang.ProcessHandle.current().pid()
+first.stop()  # PySpark keeps its JVM for the next context of this process
+jvm = launch(application_conf(config))
+again = start_spark(config, jvm=jvm).sparkContext
+print(json.dumps({
+    "same": again._jvm.java.lang.ProcessHandle.current().pid() == serving,
+    "dropped": jvm.process.poll() is not None,
+}))
+"""
+
+
+def test_a_process_that_has_its_jvm_already_stops_the_one_launched_ahead(tmp_path: Path) -> None:
+    done = subprocess.run(
+        [sys.executable, "-c", AGAIN, *_settings(tmp_path)], capture_output=True, text=True, timeout=300, check=False
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert json.loads(done.stdout.strip().splitlines()[-1]) == {"same": True, "dropped": True}
+
+
 def test_a_jvm_never_joined_is_stopped_and_unheard(tmp_path: Path, capfd: pytest.CaptureFixture[str]) -> None:
     jvm = launch(application_conf(load_config(None, _settings(tmp_path))))
     assert jvm is not None

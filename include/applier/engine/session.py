@@ -105,7 +105,7 @@ def start_spark(config: Config, *, set_master: bool = True, jvm: LaunchedJvm | N
         config: the configuration (``spark.master``, ``spark.conf.*``).
         set_master: False under spark-submit, whose ``--master`` decides.
         jvm: the driver's JVM launched ahead for this configuration (:mod:`applier.engine.jvm_launch`),
-            joined when no application runs in this process yet; None: PySpark launches one.
+            joined when this process has no JVM yet; None: PySpark launches one.
     """
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     os.environ.update(launcher_env())  # were PySpark to launch the JVM itself (its launcher's options)
@@ -116,14 +116,14 @@ def start_spark(config: Config, *, set_master: bool = True, jvm: LaunchedJvm | N
 
     settings = application_conf(config, set_master=set_master)
     conf = SparkConf().setAll(list(settings.items()))
-    if jvm is not None and SparkContext._active_spark_context is None:
+    if jvm is not None and SparkContext._gateway is None:  # no JVM in this process yet (PySpark reuses one)
         with jvm.joined(settings) as joined:
             context = SparkContext.getOrCreate(conf)
         if joined and SparkContext._gateway is not None:
             SparkContext._gateway.proc = jvm.process  # where PySpark keeps the JVM it launched: alive as long
     else:
         if jvm is not None:
-            jvm.drop()  # an application runs here already
+            jvm.drop()  # this process has its JVM already
         context = SparkContext.getOrCreate(conf)
     context.setLogLevel("WARN")
     return SparkApp(context)
