@@ -8,7 +8,6 @@ does, since this test process may hold a Spark application already.
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -101,18 +100,15 @@ def test_a_jvm_never_joined_is_stopped_and_unheard(tmp_path: Path, capfd: pytest
     assert out == "" and err == ""
 
 
-def test_a_jvm_that_cannot_start_is_dropped_without_a_word(tmp_path: Path, capfd: pytest.CaptureFixture[str]) -> None:
-    os.environ["JAVA_HOME"], saved = "/nonexistent/java-home", os.environ.get("JAVA_HOME")
-    try:
-        settings = application_conf(load_config(None, _settings(tmp_path)))
-        jvm = launch(settings)
-        assert jvm is not None
-        with jvm.joined(settings) as joined:
-            assert not joined, "PySpark then launches one itself, and fails as it always did"
-    finally:
-        os.environ.pop("JAVA_HOME")
-        if saved is not None:
-            os.environ["JAVA_HOME"] = saved
+def test_a_jvm_that_cannot_start_is_dropped_without_a_word(
+    tmp_path: Path, capfd: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("JAVA_HOME", "/nonexistent/java-home")
+    settings = application_conf(load_config(None, _settings(tmp_path)))
+    jvm = launch(settings)
+    assert jvm is not None
+    with jvm.joined(settings) as joined:
+        assert not joined, "PySpark then launches one itself, and fails as it always did"
     assert jvm.process.poll() is not None
     out, err = capfd.readouterr()
     assert out == "" and err == ""
