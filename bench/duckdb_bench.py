@@ -31,6 +31,7 @@ from bench.measure import (
     BenchError,
     TreeCpu,
     TreeMemory,
+    parent_pids,
     progress,
     read_cycles,
     spark_env,
@@ -59,16 +60,8 @@ def _subreaper(on: bool) -> None:
 
 def _children() -> set[int]:
     """The processes whose parent is this one (zombies included), from ``/proc``."""
-    me, found = os.getpid(), set()
-    for entry in os.scandir("/proc"):
-        if entry.name.isdigit():
-            try:
-                with open(f"/proc/{entry.name}/stat", encoding="ascii", errors="replace") as fh:
-                    if int(fh.read().rsplit(")", 1)[1].split()[1]) == me:
-                        found.add(int(entry.name))
-            except (OSError, IndexError, ValueError):
-                continue
-    return found
+    me = os.getpid()
+    return {pid for pid, parent in parent_pids().items() if parent == me}
 
 
 def _reap_orphans(before: set[int], sampled: Collection[int] = ()) -> float:

@@ -50,16 +50,24 @@ def spark_env() -> dict[str, str]:
     return env
 
 
-def tree_rss_kib(root: int) -> int:
-    """VmRSS summed over ``root`` and all its descendants (from ``/proc``), in KiB."""
-    kids: dict[int, list[int]] = defaultdict(list)
+def parent_pids() -> dict[int, int]:
+    """pid -> parent pid of every process, from ``/proc``."""
+    found: dict[int, int] = {}
     for entry in os.scandir("/proc"):
         if entry.name.isdigit():
             try:
                 with open(f"/proc/{entry.name}/stat", encoding="ascii", errors="replace") as fh:
-                    kids[int(fh.read().rsplit(")", 1)[1].split()[1])].append(int(entry.name))
-            except (OSError, IndexError):
+                    found[int(entry.name)] = int(fh.read().rsplit(")", 1)[1].split()[1])
+            except (OSError, IndexError, ValueError):
                 continue
+    return found
+
+
+def tree_rss_kib(root: int) -> int:
+    """VmRSS summed over ``root`` and all its descendants (from ``/proc``), in KiB."""
+    kids: dict[int, list[int]] = defaultdict(list)
+    for pid, parent in parent_pids().items():
+        kids[parent].append(pid)
     total, stack, seen = 0, [root], set()
     while stack:
         pid = stack.pop()
@@ -94,19 +102,6 @@ class TreeMemory:
         self._stop.set()
         self._thread.join()
         return self.peak_kib / 1024
-
-
-def _parents() -> dict[int, int]:
-    """pid -> parent pid of every process, from ``/proc``."""
-    found: dict[int, int] = {}
-    for entry in os.scandir("/proc"):
-        if entry.name.isdigit():
-            try:
-                with open(f"/proc/{entry.name}/stat", encoding="ascii", errors="replace") as fh:
-                    found[int(entry.name)] = int(fh.read().rsplit(")", 1)[1].split()[1])
-            except (OSError, IndexError, ValueError):
-                continue
-    return found
 
 
 def _cpu_s(pid: int) -> float | None:
@@ -162,15 +157,15 @@ class TreeCpu:
         self.roots = self.roots | {pid}
 
     def _tree(self) -> set[int]:
-        parents = _parents()
+        parent_of = parent_pids()
         roots = set(self.roots)
-        found: set[int] = roots & set(parents) if self.with_roots else set()
-        frontier = {pid for pid, parent in parents.items() if parent in roots}
+        found: set[int] = roots & set(parent_of) if self.with_roots else set()
+        frontier = {pid for pid, parent in parent_of.items() if parent in roots}
         while frontier:
             found |= frontier
-            frontier = {pid for pid, parent in parents.items() if parent in frontier and pid not in found}
+            frontier = {pid for pid, parent in parent_of.items() if parent in frontier and pid not in found}
         if self.unreaped_only:
-            found = {pid for pid in found if parents.get(pid) is not None and _ignores_children(parents[pid])}
+            found = {pid for pid in found if pid in parent_of and _ignores_children(parent_of[pid])}
         return {pid for pid in found if not _is_worker_daemon(pid)}
 
     def _poll(self) -> None:
