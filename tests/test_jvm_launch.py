@@ -119,34 +119,34 @@ def test_under_spark_submit_nothing_is_launched(tmp_path: Path, monkeypatch: pyt
     assert launch(application_conf(load_config(None, _settings(tmp_path)))) is None
 
 
-def test_a_run_refused_after_the_launch_prints_its_one_line_and_leaves_no_jvm(tmp_path: Path) -> None:
-    generate_workload(tmp_path / "in", seed=4, transactions=30, file_size_mb=0.02)  # a pair waits: the JVM launches
-    settings = ["configuration_name=refused_ahead", *_settings(tmp_path)[1:]]
-    config = load_config(None, settings)
-    (tmp_path / "applier.yaml").write_text("".join(line.replace("=", ": ", 1) + "\n" for line in settings[:3]))
-    overrides = [arg for setting in settings[3:] for arg in ("--set", setting)]
-    with RunLock(config.work_dir, config.configuration_name):  # and the run is refused before it needs Spark
-        done = subprocess.run(
-            [sys.executable, "-m", "applier.cli", "run", "--config", str(tmp_path / "applier.yaml"), *overrides],
-            capture_output=True, text=True, timeout=300, check=False,
-        )  # fmt: skip
-        left = subprocess.run(["pgrep", "-f", "spark.app.name=applier-refused_ahead"], capture_output=True, text=True)
-    assert done.returncode == RunLockedError.exit_code, done.stderr
-    assert len(done.stderr.splitlines()) == 1 and done.stderr.startswith("applier: error: "), done.stderr
-    assert left.stdout == "", "the JVM launched ahead was stopped before the run ended"
-
-
-def test_whoever_reads_a_run_s_output_to_its_end_waits_for_its_jvm_too(tmp_path: Path) -> None:
-    # The JVM outlives the Python driver by a moment (it writes a class archive then, say), as PySpark's does.
-    generate_workload(tmp_path / "in", seed=6, transactions=30, file_size_mb=0.02)
-    settings = ["configuration_name=ahead_eof", *_settings(tmp_path)[1:]]
+def _applier_run(tmp_path: Path, settings: list[str]) -> tuple[subprocess.CompletedProcess[str], str]:
+    """``applier run`` of ``settings`` (its output read to the end), then the pids still running its JVM."""
     (tmp_path / "applier.yaml").write_text("".join(line.replace("=", ": ", 1) + "\n" for line in settings[:3]))
     overrides = [arg for setting in settings[3:] for arg in ("--set", setting)]
     done = subprocess.run(
         [sys.executable, "-m", "applier.cli", "run", "--config", str(tmp_path / "applier.yaml"), *overrides],
         capture_output=True, text=True, timeout=300, check=False,
     )  # fmt: skip
-    left = subprocess.run(["pgrep", "-f", "spark.app.name=applier-ahead_eof"], capture_output=True, text=True)
+    name = settings[0].split("=", 1)[1]
+    left = subprocess.run(["pgrep", "-f", f"spark.app.name=applier-{name}"], capture_output=True, text=True)
+    return done, left.stdout
+
+
+def test_a_run_refused_after_the_launch_prints_its_one_line_and_leaves_no_jvm(tmp_path: Path) -> None:
+    generate_workload(tmp_path / "in", seed=4, transactions=30, file_size_mb=0.02)  # a pair waits: the JVM launches
+    settings = ["configuration_name=refused_ahead", *_settings(tmp_path)[1:]]
+    config = load_config(None, settings)
+    with RunLock(config.work_dir, config.configuration_name):  # and the run is refused before it needs Spark
+        done, left = _applier_run(tmp_path, settings)
+    assert done.returncode == RunLockedError.exit_code, done.stderr
+    assert len(done.stderr.splitlines()) == 1 and done.stderr.startswith("applier: error: "), done.stderr
+    assert left == "", "the JVM launched ahead was stopped before the run ended"
+
+
+def test_whoever_reads_a_run_s_output_to_its_end_waits_for_its_jvm_too(tmp_path: Path) -> None:
+    # The JVM outlives the Python driver by a moment (it writes a class archive then, say), as PySpark's does.
+    generate_workload(tmp_path / "in", seed=6, transactions=30, file_size_mb=0.02)
+    done, left = _applier_run(tmp_path, ["configuration_name=ahead_eof", *_settings(tmp_path)[1:]])
     assert done.returncode == 0, done.stderr[-2000:]
     assert "cycle 1:" in done.stderr and "log4j" in done.stderr, "the JVM's lines and the run's"
-    assert left.stdout == "", "the output ended with the JVM, not before it"
+    assert left == "", "the output ended with the JVM, not before it"
