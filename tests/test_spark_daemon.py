@@ -53,15 +53,19 @@ from applier.engine.session import start_spark
 from applier.engine.spark_daemon import PRELOADED
 
 def where(batches):
+    import os
     import pyspark
     jars = [p for p in sys.path if p.endswith(".jar")]
     found = ",".join(name for name in PRELOADED if name in sys.modules)  # before this task made an array
     for _ in batches:
-        yield pa.RecordBatch.from_pydict({"file": [pyspark.__file__], "jars": [len(jars)], "found": [found]})
+        yield pa.RecordBatch.from_pydict({"file": [pyspark.__file__], "jars": [len(jars)], "found": [found],
+                                          "daemon": [os.getppid()]})
 
+from applier.engine import daemon_ahead
 spark = start_spark(load_config(None, sys.argv[1:]))
-found = spark.range(1, numPartitions=1).mapInArrow(where, "file string, jars long, found string").collect()[0]
-print(json.dumps(list(found)))
+zygote = daemon_ahead._zygote.pid if daemon_ahead._zygote is not None else None
+found = spark.range(1, numPartitions=1).mapInArrow(where, "file string, jars long, found string, daemon long")
+print(json.dumps([*found.collect()[0], zygote]))
 """
 
 
@@ -80,14 +84,16 @@ def test_a_run_s_workers_import_pyspark_from_the_installed_package(tmp_path: Pat
         [sys.executable, "-c", WORKER_PYSPARK, *settings], capture_output=True, text=True, timeout=300, check=False
     )
     assert done.returncode == 0, done.stderr[-2000:]
-    file, jars, found = json.loads(done.stdout.strip().splitlines()[-1])
+    file, jars, found, daemon_pid, zygote = json.loads(done.stdout.strip().splitlines()[-1])
     imported = Path(file)
     if daemon == "default":
         assert DEFAULTS["spark.python.daemon.module"] == "applier.engine.spark_daemon"
         assert imported.resolve().parent == INSTALLED, imported
         assert jars == 0, "Spark's JAR left the path before the worker was forked"
         assert found.split(",") == list(PRELOADED), "the daemon imported them before it forked the worker"
+        assert zygote is not None and daemon_pid == zygote, "the daemon is the zygote started ahead (daemon_ahead)"
     else:
         assert "pyspark.zip" in imported.parts, imported
         assert jars > 0
         assert "applier.engine.netting" not in found.split(","), found
+        assert zygote is None, "no zygote for an operator's daemon"

@@ -49,6 +49,7 @@ from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import IO
 
+from applier.engine import daemon_ahead
 from applier.engine.jvm_archive import launcher_env
 
 JOIN_TIMEOUT_S = 300.0
@@ -79,6 +80,7 @@ def launch(conf: Mapping[str, str]) -> LaunchedJvm | None:
         command += ["--conf", f"{key}={value}"]
     command += shlex.split(os.environ.get("PYSPARK_SUBMIT_ARGS", "pyspark-shell"))
     # SPARK_HOME given, spark-submit need not run Python to find it; its launcher JVM starts archived.
+    daemon_ahead.start(conf)  # the JVM inherits where it waits
     return LaunchedJvm(command, dict(conf), {"SPARK_HOME": str(home), **launcher_env()})
 
 

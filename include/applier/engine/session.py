@@ -9,6 +9,7 @@ from functools import cached_property
 from typing import Any, TypeVar
 
 from applier.config import Config
+from applier.engine import daemon_ahead
 from applier.engine.jvm_archive import archive_options, launcher_env
 from applier.engine.jvm_launch import LaunchedJvm
 
@@ -46,7 +47,7 @@ DEFAULTS = {
     "spark.sql.execution.arrow.pyspark.enabled": "true",
     "spark.executor.extraJavaOptions": JVM_OPTIONS,  # the driver's: driver_java_options(), read at each start
     # The Python workers import the installed pyspark, with its bytecode, not Spark's zip of its sources.
-    "spark.python.daemon.module": "applier.engine.spark_daemon",
+    "spark.python.daemon.module": daemon_ahead.DAEMON_MODULE,
 }
 
 
@@ -124,6 +125,8 @@ def start_spark(config: Config, *, set_master: bool = True, jvm: LaunchedJvm | N
     else:
         if jvm is not None:
             jvm.drop()  # this process has its JVM already
+        if SparkContext._gateway is None:
+            daemon_ahead.start(settings)  # before the JVM, which inherits where it waits
         context = SparkContext.getOrCreate(conf)
     context.setLogLevel("WARN")
     return SparkApp(context)

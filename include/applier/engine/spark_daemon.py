@@ -35,12 +35,12 @@ import contextlib
 import gc
 import importlib
 import importlib.machinery
-import importlib.metadata
 import runpy
 import sys
 from collections.abc import Sequence
 from pathlib import Path
 
+from applier.engine import daemon_ahead
 from applier.engine.worker_path import trim_import_caches
 
 PRELOADED = ("pandas", "pyarrow.compute", "applier.engine.sources", "applier.engine.netting")
@@ -87,14 +87,23 @@ def _installed_copy(zipped: Path, lib: Path, rest: Sequence[str]) -> bool:
         return True
     if importlib.machinery.PathFinder.find_spec("py4j", rest) is None:
         return False
+    from importlib import metadata  # here: the shim of applier.engine.daemon_ahead does without it
+
     try:
-        return zipped.name == f"py4j-{importlib.metadata.version('py4j')}-src.zip"
-    except importlib.metadata.PackageNotFoundError:
+        return zipped.name == f"py4j-{metadata.version('py4j')}-src.zip"
+    except metadata.PackageNotFoundError:
         return False
 
 
-if __name__ == "__main__":
-    sys.path[:] = without_bundled_pyspark(sys.path)
+def prepare(path: Sequence[str], *, preload_modules: bool = True) -> None:
+    """This process made ready to fork workers: ``sys.path`` set from ``path``, then :func:`preload`."""
+    sys.path[:] = without_bundled_pyspark(path)
     trim_import_caches()  # and Spark's JAR: each worker forked would read its directory before its first task
-    preload()
+    if preload_modules:
+        preload()
+
+
+if __name__ == "__main__":
+    daemon_ahead.hand_over()  # forked from the zygote, when there is one; this process then only waits
+    prepare(sys.path)
     runpy.run_module("pyspark.daemon", run_name="__main__", alter_sys=True)
