@@ -1,4 +1,4 @@
-"""Spark's Python daemon forked from a process started ahead, when the executors run in the driver's JVM.
+"""Spark's Python daemon made ready ahead, when the executors run in the driver's JVM.
 
 With a local master, Spark starts its Python daemon at a run's first Python
 task, and both cores' first tasks wait for it: the interpreter's start and
@@ -12,18 +12,19 @@ those imports while the driver's JVM starts, then waits. Its socket's path is
 in the environment the JVM inherits (:data:`ENV`). When the JVM starts the
 daemon module, that module (the **shim**, :func:`hand_over`) sends the
 zygote its environment, path, arguments, folder and its standard streams
-(the JVM's pipes); the zygote forks a child that takes them and runs
+(the JVM's pipes, passed over the socket); the zygote takes them and runs
 ``pyspark.daemon`` as the shim would have. The shim then only waits for the
-child's end and passes it the signals the JVM sends. The JVM talks to the
-child through the same pipes and sockets as to a daemon of its own.
+daemon's end and passes it the signals the JVM sends. The JVM talks to the
+daemon through the same pipes and sockets as to one of its own.
 
-A child is the daemon Spark would have started only where the two
-processes' environments agree: the zygote refuses a request whose
-interpreter differs, or whose environment differs from its own in anything
-but what Spark sets for its Python processes (:data:`SPARK_SET`); the
-shim then starts the daemon itself, as before. So does a shim that finds no
-zygote (an executor on a cluster, a JVM started before the zygote). The
-zygote ends when the driver does (it reads the driver's end of a pipe).
+The zygote serves one daemon, and only where it is the daemon Spark would
+have started: it declines a request whose interpreter differs, or whose
+environment differs from its own in anything but what Spark sets for its
+Python processes (:data:`SPARK_SET`), and ends; the shim then starts the
+daemon itself, as before. So does a shim that finds no zygote (an executor
+on a cluster, a JVM started before the zygote, a second application of the
+process). A zygote never asked ends when the driver does (it reads the
+driver's end of a pipe).
 """
 
 from __future__ import annotations
@@ -122,44 +123,74 @@ def _stop(process: subprocess.Popen[bytes], folder: str) -> None:
 
 
 def hand_over() -> None:
-    """Have the zygote fork the daemon in this process's place, then wait for its end and exit; else return.
+    """Have the zygote become the daemon in this process's place, then wait for its end and exit; else return.
 
     Returns (and the caller starts the daemon itself) when there is no
-    zygote, or it refused. Never returns once the daemon is forked.
+    zygote, or it declined. Never returns once the zygote is the daemon.
     """
     path = os.environ.get(ENV)
     if not path:
         return
     try:
         connection = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        connection.connect(path)
-        request = {"executable": os.path.realpath(sys.executable), "env": dict(os.environ), "path": sys.path,
-                   "argv": sys.argv, "cwd": os.getcwd()}  # fmt: skip
-        payload = json.dumps(request).encode()
-        socket.send_fds(connection, [struct.pack("!I", len(payload)) + payload], [0, 1, 2])
-        reply = connection.makefile("rb").readline().split()
     except OSError:
         return
-    if len(reply) != 2 or reply[0] != b"ok":
-        connection.close()
-        return
-    daemon = int(reply[1])
-    for number in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
-        signal.signal(number, lambda signum, _frame: _forward(daemon, signum))
-    while True:
+    signals = _Signals()  # from here on, none of the JVM's is lost: passed on, or taken as it would have been
+    with connection:
         try:
-            if not connection.recv(64):  # the daemon's end: every holder of its end of the connection gone
-                break
-        except InterruptedError:
-            continue
+            connection.connect(path)
+            request = {"executable": os.path.realpath(sys.executable), "env": dict(os.environ), "path": sys.path,
+                       "argv": sys.argv, "cwd": os.getcwd()}  # fmt: skip
+            payload = json.dumps(request).encode()
+            socket.send_fds(connection, [struct.pack("!I", len(payload)) + payload], [0, 1, 2])
+            reply = connection.makefile("rb").readline().split()
         except OSError:
-            break
+            reply = []
+        if len(reply) != 2 or reply[0] != b"ok":
+            signals.restore()
+            return
+        signals.forward_to(int(reply[1]))
+        while True:
+            try:
+                if not connection.recv(64):  # the daemon's end: every holder of its end of the connection gone
+                    break
+            except InterruptedError:
+                continue
+            except OSError:
+                break
     os._exit(0)
 
 
-def _forward(pid: int, signum: int) -> None:
-    with contextlib.suppress(OSError):  # the daemon gone already
-        os.kill(pid, signum)
+class _Signals:
+    """The shim's handling of the signals Spark may send its daemon: held until the daemon is known, then passed."""
+
+    NUMBERS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
+
+    def __init__(self) -> None:
+        self._daemon: int | None = None
+        self._held: list[int] = []
+        self._before = {number: signal.signal(number, self._handle) for number in self.NUMBERS}
+
+    def _handle(self, signum: int, _frame: object) -> None:
+        if self._daemon is None:
+            self._held.append(signum)
+        else:
+            with contextlib.suppress(OSError):  # the daemon gone already
+                os.kill(self._daemon, signum)
+
+    def forward_to(self, daemon: int) -> None:
+        """Pass the held signals, and every later one, to ``daemon``."""
+        self._daemon = daemon
+        held, self._held = self._held, []
+        for signum in held:
+            self._handle(signum, None)
+
+    def restore(self) -> None:
+        """The handlers as they were; a signal held is raised again, to be taken as it would have been."""
+        for number, handler in self._before.items():
+            signal.signal(number, handler)
+        for signum in self._held:
+            signal.raise_signal(signum)
 
 
 # ---------------------------------------------------------------------------
