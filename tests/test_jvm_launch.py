@@ -150,3 +150,31 @@ def test_whoever_reads_a_run_s_output_to_its_end_waits_for_its_jvm_too(tmp_path:
     assert done.returncode == 0, done.stderr[-2000:]
     assert "cycle 1:" in done.stderr and "log4j" in done.stderr, "the JVM's lines and the run's"
     assert left == "", "the output ended with the JVM, not before it"
+
+
+LAUNCHED_FIRST = """
+import json, sys
+from applier.engine import jvm_launch
+
+def launch(conf):  # records what the process had imported when the run launched its JVM; launches none
+    print(json.dumps({key: key in sys.modules for key in ("pyarrow", "applier.commands", "applier.engine.api")}))
+    return None
+
+jvm_launch.launch = launch
+from applier.cli import main
+sys.exit(main(sys.argv[1:]))
+"""
+
+
+def test_a_run_launches_its_jvm_before_the_imports_of_its_commands_and_engine(tmp_path: Path) -> None:
+    generate_workload(tmp_path / "in", seed=5, transactions=30, file_size_mb=0.02)  # a pair waits: the JVM launches
+    settings = ["configuration_name=first", *_settings(tmp_path)[1:]]
+    (tmp_path / "applier.yaml").write_text("".join(line.replace("=", ": ", 1) + "\n" for line in settings[:3]))
+    overrides = [arg for setting in settings[3:] for arg in ("--set", setting)]
+    done = subprocess.run(
+        [sys.executable, "-c", LAUNCHED_FIRST, "run", "--config", str(tmp_path / "applier.yaml"), *overrides],
+        capture_output=True, text=True, timeout=300, check=False,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-2000:]
+    imported = json.loads(done.stdout.splitlines()[0])
+    assert imported == {"pyarrow": False, "applier.commands": False, "applier.engine.api": False}, imported

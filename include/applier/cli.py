@@ -206,6 +206,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         flush_stdout()
         raise
     if args.command == "run":
+        from applier.run_ahead import launch_for
+
+        args.jvm = launch_for(args)  # first: the JVM starts while the imports below load
         from applier.engine.driver_memory import choose_system_pool
 
         choose_system_pool()  # before anything loads pyarrow

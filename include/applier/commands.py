@@ -14,9 +14,9 @@ from typing import TYPE_CHECKING
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from applier.config import Config, load_config
+from applier.config import load_config
 from applier.engine.checkpoint import CheckpointStore
-from applier.errors import ApplierError, UsageError
+from applier.errors import UsageError
 from applier.intermediate.pairs import MIB, list_pairs
 from applier.intermediate.scan import scan_directory
 from applier.planner import plan_backlog
@@ -154,31 +154,18 @@ def plan(args: argparse.Namespace) -> int:
     return 0
 
 
-def _launch_ahead(config: Config) -> LaunchedJvm | None:
-    """The driver's JVM, launched now when a pair waits after the checkpoint (:mod:`applier.engine.jvm_launch`).
-
-    None when none waits, or when the checkpoint or the folder cannot be read: the run says why, without a JVM.
-    """
-    try:
-        applied = CheckpointStore(config.work_dir).load().applied_seq
-        waiting = list_pairs(config.intermediate_dir, applied + 1).pairs
-    except (ApplierError, OSError):
-        return None
-    if not waiting:
-        return None
-    from applier.engine.jvm_launch import launch
-    from applier.engine.session import application_conf
-
-    return launch(application_conf(config))
-
-
 def run(args: argparse.Namespace) -> int:
     """``applier run``: apply cycles until caught up or the cycle limit."""
-    config = load_config(args.config, args.overrides)
-    if args.max_cycles is not None and args.max_cycles < 0:
-        raise UsageError(f"--max-cycles {args.max_cycles} must be 0 (until caught up) or more")
-    jvm = _launch_ahead(config)  # before the engine's imports: the JVM starts while they load
+    # The JVM: launched as the process started (applier.cli), or now, before the engine's imports.
+    jvm: LaunchedJvm | None = getattr(args, "jvm", None)
     try:
+        config = load_config(args.config, args.overrides)
+        if args.max_cycles is not None and args.max_cycles < 0:
+            raise UsageError(f"--max-cycles {args.max_cycles} must be 0 (until caught up) or more")
+        if not hasattr(args, "jvm"):
+            from applier.run_ahead import launch_ahead
+
+            jvm = launch_ahead(config)
         from applier.engine.api import configure_logging, run_applier
 
         configure_logging()
