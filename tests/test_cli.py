@@ -70,3 +70,26 @@ def test_plan_lists_the_cycles_of_the_backlog(tmp_path: Path) -> None:
     done = run("plan", "--config", config)
     assert done.returncode == 0, done.stderr
     assert "1 cycles after pair 0" in done.stdout and "cycle 1: pairs 1..1" in done.stdout
+
+
+ENTRY = """
+import atexit, gc, sys
+atexit.register(lambda: print(f"frozen at exit: {gc.get_freeze_count() > 0}"))
+from applier.cli import entry
+sys.argv = ["applier", *sys.argv[1:]]
+entry()
+"""
+
+
+@pytest.mark.parametrize("vector", [None, "sha-mismatch"])
+def test_the_command_exits_with_its_code_and_output_and_its_heap_frozen(tmp_path: Path, vector: str | None) -> None:
+    if vector is None:
+        good_first_pair(tmp_path)
+    else:
+        shutil.copytree(spec_dir() / "vectors" / "invalid" / vector, tmp_path, dirs_exist_ok=True)
+    done = subprocess.run([sys.executable, "-c", ENTRY, "check", str(tmp_path)], capture_output=True, text=True,
+                          timeout=300)  # fmt: skip
+    assert done.returncode == (0 if vector is None else 3), done.stderr
+    assert ("1 pairs ok" in done.stdout) == (vector is None), "the command's own output, flushed"
+    assert done.stdout.rstrip().endswith("frozen at exit: True"), "the collector skips the heap at the teardown"
+    assert "Traceback" not in done.stderr

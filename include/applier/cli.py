@@ -13,10 +13,11 @@ reading ends quietly with exit code 0.
 from __future__ import annotations
 
 import argparse
+import gc
 import sys
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 from applier.exits import flush_stdout, run_command
 
@@ -233,5 +234,21 @@ def main(argv: Sequence[str] | None = None) -> int:
     return run_command(handlers[args.command], args, args.command)
 
 
+def entry() -> NoReturn:
+    """The ``applier`` command: :func:`main`, then this process's exit without the collector's last passes.
+
+    At the interpreter's teardown the cyclic collector went over every object
+    a run leaves tracked (some 95,000: pyarrow, pandas, pyspark and what its
+    cycles made), then over them again as each module was cleared: 0.15 s of
+    a one-cycle run's end. Frozen first (``gc.freeze``), they are skipped;
+    everything else happens as before: exit handlers, streams flushed, objects
+    freed as their last reference goes. Not in :func:`main`, which a caller may
+    run in a process that goes on.
+    """
+    code = main()
+    gc.freeze()
+    sys.exit(code)
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    entry()
