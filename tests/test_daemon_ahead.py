@@ -200,3 +200,22 @@ def test_a_signal_before_the_daemon_is_known_is_passed_on_or_taken_as_before() -
     finally:
         child.kill()
         signal.signal(signal.SIGHUP, before)
+
+
+FAILING_ZYGOTE = """
+import sys
+from applier.engine import daemon_ahead
+daemon_ahead.start({"spark.master": "local[1]", "spark.python.daemon.module": daemon_ahead.DAEMON_MODULE})
+zygote = daemon_ahead._zygote
+print(zygote is not None and zygote.wait(timeout=60) != 0)
+"""
+
+
+def test_a_zygote_that_cannot_listen_ends_without_a_word(tmp_path: Path) -> None:
+    deep = tmp_path / ("d" * 100)  # a socket's path is at most 107 bytes
+    deep.mkdir()
+    env = {**_env(), "TMPDIR": str(deep)}
+    done = subprocess.run([sys.executable, "-c", FAILING_ZYGOTE], capture_output=True, text=True, timeout=120, env=env)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "True", "the zygote started, and failed"
+    assert done.stderr == "", "nothing of it reaches the driver's output"

@@ -80,7 +80,9 @@ def start(conf: Mapping[str, str]) -> None:
     path = os.path.join(folder, "socket")
     env = {**os.environ, **workers_env(conf)}
     try:
-        _zygote = subprocess.Popen([sys.executable, "-m", __name__, path], stdin=subprocess.PIPE, env=env)
+        # Its own output goes nowhere (as the daemon it takes the shim's): a zygote that fails is silent.
+        _zygote = subprocess.Popen([sys.executable, "-m", __name__, path], stdin=subprocess.PIPE, env=env,
+                                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
     except OSError:
         shutil.rmtree(folder, ignore_errors=True)
         return
