@@ -148,7 +148,7 @@ def test_the_zygote_ends_with_the_driver(zygote: tuple[subprocess.Popen[bytes], 
 
 def test_what_the_zygote_refuses() -> None:
     own = {"PATH": "/bin", "OMP_NUM_THREADS": "1", "_": "/usr/bin/env"}
-    request = {"executable": os.path.realpath(sys.executable), "env": dict(own)}
+    request = {"executable": os.path.realpath(sys.executable), "prefix": sys.prefix, "env": dict(own)}
     assert refusal(request, own) is None
     spark_set = {"SPARK_HOME": "/s", "PYTHON_WORKER_FACTORY_SECRET": "x", "PYTHONPATH": "/p", "PYSPARK_PYTHON": "p"}
     assert refusal({**request, "env": {**own, **spark_set, "_": "/bin/bash"}}, own) is None
@@ -157,6 +157,7 @@ def test_what_the_zygote_refuses() -> None:
     )
     assert refusal({**request, "env": {"PATH": "/bin", "_": "x"}}, own) is not None, "a variable gone"
     assert "another interpreter" in str(refusal({**request, "executable": "/usr/bin/python2"}, own))
+    assert "another interpreter" in str(refusal({**request, "prefix": "/usr"}, own)), "the same binary, another venv"
 
 
 def test_the_workers_settings_are_spark_s() -> None:

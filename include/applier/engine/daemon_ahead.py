@@ -141,8 +141,8 @@ def hand_over() -> None:
     with connection:
         try:
             connection.connect(path)
-            request = {"executable": os.path.realpath(sys.executable), "env": dict(os.environ), "path": sys.path,
-                       "argv": sys.argv, "cwd": os.getcwd()}  # fmt: skip
+            request = {"executable": os.path.realpath(sys.executable), "prefix": sys.prefix, "env": dict(os.environ),
+                       "path": sys.path, "argv": sys.argv, "cwd": os.getcwd()}  # fmt: skip
             payload = json.dumps(request).encode()
             socket.send_fds(connection, [struct.pack("!I", len(payload)) + payload], [0, 1, 2])
             reply = connection.makefile("rb").readline().split()
@@ -231,8 +231,8 @@ def serve(path: str) -> None:
 
 def refusal(request: Mapping[str, Any], own: Mapping[str, str]) -> str | None:
     """Why this process would not be the daemon the shim's ``request`` would start; None: it would."""
-    if request.get("executable") != os.path.realpath(sys.executable):
-        return f"another interpreter: {request.get('executable')}"
+    if request.get("executable") != os.path.realpath(sys.executable) or request.get("prefix") != sys.prefix:
+        return f"another interpreter: {request.get('executable')} in {request.get('prefix')}"
     env: Mapping[str, str] = request.get("env", {})
     for key in sorted(set(env) | set(own)):
         if env.get(key) != own.get(key) and not key.startswith(SPARK_SET) and key not in SHELL_SET:
