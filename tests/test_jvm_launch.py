@@ -7,6 +7,7 @@ does, since this test process may hold a Spark application already.
 
 from __future__ import annotations
 
+import argparse
 import json
 import subprocess
 import sys
@@ -18,7 +19,7 @@ from applier.config import load_config
 from applier.engine.jvm_launch import launch
 from applier.engine.runlock import RunLock
 from applier.engine.session import application_conf
-from applier.errors import RunLockedError
+from applier.errors import RunLockedError, UsageError
 from applier.generate import generate_workload
 
 
@@ -178,3 +179,17 @@ def test_a_run_launches_its_jvm_before_the_imports_of_its_commands_and_engine(tm
     assert done.returncode == 0, done.stderr[-2000:]
     imported = json.loads(done.stdout.splitlines()[0])
     assert imported == {"pyarrow": False, "applier.commands": False, "applier.engine.api": False}, imported
+
+
+@pytest.mark.parametrize("problem", [RuntimeError("unexpected"), UsageError("a bad setting")])
+def test_the_launch_ahead_never_fails_a_run(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, problem: Exception
+) -> None:
+    from applier import run_ahead
+
+    def failing(*_args: object) -> None:
+        raise problem
+
+    monkeypatch.setattr(run_ahead, "load_config", failing)
+    args = argparse.Namespace(config=tmp_path / "a.yaml", overrides=[], max_cycles=None)
+    assert run_ahead.launch_for(args) is None, "the run meets the problem itself, in its words"

@@ -19,14 +19,17 @@ from applier.intermediate.pairs import list_pairs
 
 
 def launch_for(args: argparse.Namespace) -> LaunchedJvm | None:
-    """The JVM for ``applier run`` with ``args``; None when the run will not need one, or will refuse to start."""
+    """The JVM for ``applier run`` with ``args``; None when the run will not need one, or will refuse to start.
+
+    It never raises: it runs before the command's own error handling, and a
+    run that cannot start meets the same problem there and says so in its words.
+    """
     if args.max_cycles is not None and args.max_cycles < 0:
         return None
     try:
-        config = load_config(args.config, args.overrides)
-    except ApplierError:
-        return None  # the run says why, without a JVM
-    return launch_ahead(config)
+        return launch_ahead(load_config(args.config, args.overrides))
+    except Exception:  # see above: the run reports it, without a JVM
+        return None
 
 
 def launch_ahead(config: Config) -> LaunchedJvm | None:

@@ -104,6 +104,6 @@ def prepare(path: Sequence[str], *, preload_modules: bool = True) -> None:
 
 
 if __name__ == "__main__":
-    daemon_ahead.hand_over()  # forked from the zygote, when there is one; this process then only waits
+    daemon_ahead.hand_over()  # a zygote, when one waits, is the daemon in this process's place: it then only waits
     prepare(sys.path)
     runpy.run_module("pyspark.daemon", run_name="__main__", alter_sys=True)
