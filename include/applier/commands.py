@@ -156,16 +156,11 @@ def plan(args: argparse.Namespace) -> int:
 
 def run(args: argparse.Namespace) -> int:
     """``applier run``: apply cycles until caught up or the cycle limit."""
-    # The JVM: launched as the process started (applier.cli), or now, before the engine's imports.
-    jvm: LaunchedJvm | None = getattr(args, "jvm", None)
+    jvm: LaunchedJvm | None = args.jvm  # launched as the process started (applier.cli, applier.run_ahead)
     try:
         config = load_config(args.config, args.overrides)
         if args.max_cycles is not None and args.max_cycles < 0:
             raise UsageError(f"--max-cycles {args.max_cycles} must be 0 (until caught up) or more")
-        if not hasattr(args, "jvm"):
-            from applier.run_ahead import launch_ahead
-
-            jvm = launch_ahead(config)
         from applier.engine.api import configure_logging, run_applier
 
         configure_logging()

@@ -27,12 +27,12 @@ def launch_for(args: argparse.Namespace) -> LaunchedJvm | None:
     if args.max_cycles is not None and args.max_cycles < 0:
         return None
     try:
-        return launch_ahead(load_config(args.config, args.overrides))
+        return _launch_ahead(load_config(args.config, args.overrides))
     except Exception:  # see above: the run reports it, without a JVM
         return None
 
 
-def launch_ahead(config: Config) -> LaunchedJvm | None:
+def _launch_ahead(config: Config) -> LaunchedJvm | None:
     """The driver's JVM, launched now when a pair waits after the checkpoint.
 
     None when none waits, or when the checkpoint or the folder cannot be read: the run says why, without a JVM.
