@@ -77,6 +77,7 @@ lint: setup
 	mypy
 	mypy dags/applier.py  # apart: the module name "applier" would clash with the package
 	mypy dags/applier_extract.py dags/applier_materialize.py
+	mypy bench  # the benchmark harness: scripts at the root, not a package of the library
 
 # Debian's Chromium, which Playwright drives in the browser test (tests/test_browser_view.py).
 CHROMIUM := /usr/bin/chromium

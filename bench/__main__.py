@@ -19,30 +19,25 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from applier.config_source import MAX_CHUNK_ROWS
 from bench.measure import BenchError, progress, spark_env
 from bench.pg_server import DEFAULT_SERVER
 from bench.report import render
 from bench.steps import GROUPS, ORDER, Bench, selected_steps
 
 DEFAULT_WORKDIR = Path("/tmp/cdc-bench")
-NETWORK_RTTS_MS = (0.25, 1.0)  # a neighbouring machine, and a cross-zone warehouse
-MAX_ATOMIC_ROWS = 1_048_572  # an atomic copy is one source transaction (docs/materialization.md)
 
 
 def _part(name: str) -> Callable[[dict[str, Any]], dict[str, Any]]:
     """The function of one part (imported only in the child process that runs it)."""
-    from bench import limit, pertxn, pg_forms, pg_rowbyrow, small_cycle, source_bench
+    from bench import limit, pertxn, pg_rowbyrow, small_cycle
 
     return {
         "small": small_cycle.part_small,
         "limit": limit.part_limit,
         "pertxn": pertxn.part_pertxn,
         "pg-limit": limit.part_pg_limit,
-        "pg-forms": pg_forms.part_forms,
         "pg-pertxn": pertxn.part_pg_pertxn,
         "pg-rowbyrow": pg_rowbyrow.part_rowbyrow,
-        "extract-transport": source_bench.part_transport,
     }[name]
 
 
@@ -59,14 +54,6 @@ def run_part_here(name: str, params_path: Path) -> int:
     # Skip the interpreter's teardown: delta-rs's runtime can abort the process while it exits
     # ("terminate called without an active exception"), after the result is safely written.
     os._exit(0)
-
-
-def _rtts(text: str) -> tuple[float, ...]:
-    """``--network-rtt-ms``: positive milliseconds, comma-separated."""
-    values = tuple(float(v) for v in text.split(",") if v.strip())
-    if any(v <= 0 for v in values):
-        raise argparse.ArgumentTypeError(f"round-trip times must be positive milliseconds, not {text!r}")
-    return values
 
 
 def _columns(text: str) -> tuple[int, int]:
@@ -123,62 +110,11 @@ def _parser() -> argparse.ArgumentParser:
         help=f"PostgreSQL libpq connection string without dbname (default $APPLIER_BENCH_PG or {DEFAULT_SERVER!r})",
     )
     add("--threads", type=int, default=2, help="apply.threads of the PostgreSQL compiled runs (default 2)")
-    add("--forms-repeats", type=int, default=3, help="trials per statement form and scenario (default 3)")
     add("--pertxn-prefix", type=int, help="PostgreSQL per-transaction baseline: the first N transactions only")
     add("--rowbyrow-prefix", type=int, help="PostgreSQL row-by-row baseline: the first N transactions only")
-    add(
-        "--network-rtt-ms",
-        type=_rtts,
-        default=NETWORK_RTTS_MS,
-        help="round-trip times to emulate through the relay ('' for none; default 0.25,1)",
-    )
-    add("--network-prefix", type=int, default=2000, help="transactions each baseline applies through the relay")
-    add("--bad-row-transactions", type=int, default=10_000, help="bad-row workload transactions (default 10000)")
-    add("--bad-row-rows", type=int, default=100, help="rows of each bad-row transaction (default 100: 1M changes)")
-    add("--bad-row-at", type=int, default=6_170, help="the bad-row workload's bad transaction (default 6170)")
-    _source_options(add)
     add("--part", help=argparse.SUPPRESS)
     add("--part-params", type=Path, help=argparse.SUPPRESS)
     return p
-
-
-def _source_options(add: Callable[..., Any]) -> None:
-    """The sizes of the ``source`` steps (a real PostgreSQL source, issue 14)."""
-    add("--source-changes", type=int, default=1_000_000, help="extract: pgbench row changes to read (default 1000000)")
-    add(
-        "--pgbench-scale", type=int, default=10, help="pgbench -s of the extract and pgbench-tps databases (default 10)"
-    )
-    add("--tps-seconds", type=int, help="pgbench-tps: -T of each run (default 30, less below 1M --source-changes)")
-    add("--tps-clients", type=int, default=4, help="pgbench-tps: -c of each run (default 4, with -j 2)")
-    add("--latency-ticks", type=int, default=4, help="latency: schedule ticks, each an extract then a run (default 4)")
-    add("--latency-schedule-s", type=float, default=60.0, help="latency: seconds between ticks (default 60)")
-    add("--latency-rate", type=int, default=20, help="latency: pgbench transactions per second, each a marker row")
-    add("--latency-target", choices=("delta", "postgres"), default="delta", help="latency: the target (default delta)")
-    add("--materialize-rows", type=int, default=1_000_000, help="materialize: rows of the subscribed table")
-    add(
-        "--materialize-chunk-rows",
-        type=int,
-        help="materialize: --chunk-rows of incremental and nonatomic (default a tenth of the rows: 100000 at 1M)",
-    )
-    add(
-        "--materialize-writer-tps",
-        type=int,
-        default=20,
-        help="materialize: pgbench updates/s on the table during the copy (0: none)",
-    )
-    add(
-        "--materialize-targets",
-        type=_targets,
-        default=("delta", "postgres"),
-        help="materialize: targets applied to (default delta,postgres)",
-    )
-
-
-def _targets(text: str) -> tuple[str, ...]:
-    values = tuple(v.strip() for v in text.split(",") if v.strip())
-    if not values or set(values) - {"delta", "postgres"}:
-        raise argparse.ArgumentTypeError(f"targets are delta and postgres, comma-separated, not {text!r}")
-    return values
 
 
 _COUNTS = (
@@ -196,20 +132,8 @@ _COUNTS = (
     "run_length_transactions",
     "run_length_window",
     "threads",
-    "forms_repeats",
     "pertxn_prefix",
     "rowbyrow_prefix",
-    "network_prefix",
-    "bad_row_transactions",
-    "bad_row_rows",
-    "source_changes",
-    "pgbench_scale",
-    "tps_seconds",
-    "tps_clients",
-    "latency_ticks",
-    "latency_rate",
-    "materialize_rows",
-    "materialize_chunk_rows",
 )
 
 
@@ -238,12 +162,6 @@ def main(argv: list[str] | None = None) -> int:
         parser.error("--file-size-mb, --wide-file-size-mb and --many-open-limit-mb must be positive")
     if args.run_length_cycles < 2:
         parser.error("--run-length-cycles must be at least 2")
-    args.materialize_chunk_rows = args.materialize_chunk_rows or max(1, args.materialize_rows // 10)
-    if args.materialize_rows > MAX_ATOMIC_ROWS or args.materialize_chunk_rows > MAX_CHUNK_ROWS:
-        parser.error(f"--materialize-rows is at most {MAX_ATOMIC_ROWS:,} (an atomic copy is one source transaction) "
-                     f"and --materialize-chunk-rows at most {MAX_CHUNK_ROWS:,}")  # fmt: skip
-    if args.latency_schedule_s <= 0 or args.materialize_writer_tps < 0:
-        parser.error("--latency-schedule-s must be positive and --materialize-writer-tps at least 0")
     workdir = args.workdir.resolve()
     os.environ.update({k: spark_env()[k] for k in ("PATH", "PYSPARK_PYTHON", "SPARK_LOCAL_IP")})
     try:

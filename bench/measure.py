@@ -208,58 +208,6 @@ def run_measured(
     return code, wall, peak
 
 
-class Background:
-    """A process started now and stopped later (a load, a following extractor): its wall, tree memory and CPU.
-
-    Use it as a context manager, so that a failing step never leaves it running.
-    """
-
-    def __init__(self, cmd: list[str], log_path: Path, label: str, env: dict[str, str] | None = None) -> None:
-        progress(f"{label} (in the background): {' '.join(cmd[1:])}")
-        log_path.parent.mkdir(parents=True, exist_ok=True)
-        self.label, self.log_path = label, log_path
-        with open(log_path, "w", encoding="utf-8") as log:
-            self.started = time.perf_counter()
-            self.proc = subprocess.Popen(cmd, cwd=REPO, env=env or spark_env(), stdout=log, stderr=subprocess.STDOUT)
-        self.memory = TreeMemory(self.proc.pid)
-        self.result: dict[str, Any] | None = None
-
-    def __enter__(self) -> Background:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        if self.result is None:
-            self.stop(signal.SIGKILL, timeout_s=10)
-
-    def stop(self, signum: int | None = signal.SIGTERM, timeout_s: float = 600) -> dict[str, Any]:
-        """Send ``signum`` (None: wait for the process to end), wait; exit code, wall s, peak tree MiB, CPU s.
-
-        The process is killed when it has not ended ``timeout_s`` after the signal.
-        """
-        if self.result is not None:
-            return self.result
-        signalled = time.perf_counter()
-        # os.kill and os.wait4, not Popen's methods: those reap the process and its resource usage is lost.
-        if signum is not None:
-            os.kill(self.proc.pid, signum)  # an ended process is a zombie until reaped: no error
-        deadline = signalled + timeout_s
-        while True:
-            pid, raw, usage = os.wait4(self.proc.pid, os.WNOHANG)
-            if pid:
-                break
-            if time.perf_counter() > deadline:
-                os.kill(self.proc.pid, signal.SIGKILL)
-                deadline = float("inf")
-            time.sleep(0.05)
-        status = os.waitstatus_to_exitcode(raw)
-        self.proc.returncode = status
-        now = time.perf_counter()
-        self.result = {"code": status, "wall_s": now - self.started, "stop_s": now - signalled,
-                       "peak_tree_mib": self.memory.stop(), "cpu_s": usage.ru_utime + usage.ru_stime}  # fmt: skip
-        progress(f"{self.label}: exit {status}, {self.result['wall_s']:.1f} s, CPU {self.result['cpu_s']:.1f} s")
-        return self.result
-
-
 def tail(path: Path, lines: int = 15) -> str:
     """The last ``lines`` lines of a log, for an error message; empty if it cannot be read."""
     try:
@@ -268,22 +216,19 @@ def tail(path: Path, lines: int = 15) -> str:
         return ""
 
 
-def run_part(part: str, params: dict[str, Any], workdir: Path, name: str = "") -> dict[str, Any]:
+def run_part(part: str, params: dict[str, Any], workdir: Path) -> dict[str, Any]:
     """Run one part in a fresh Python process (``python -m bench --part``) and return its JSON result.
-
-    ``name`` names its files in ``workdir`` when it is not ``part`` (a part run more than once).
 
     Raises:
         BenchError: the part failed.
     """
-    name = name or part
-    params_path, result_path = workdir / f"part-{name}.params.json", workdir / f"part-{name}.result.json"
-    log_path = workdir / f"part-{name}.log"
+    params_path, result_path = workdir / f"part-{part}.params.json", workdir / f"part-{part}.result.json"
+    log_path = workdir / f"part-{part}.log"
     params_path.write_text(json.dumps({**params, "result": str(result_path), "spawned_at": time.time()}), "utf-8")
     cmd = [sys.executable, "-m", "bench", "--part", part, "--part-params", str(params_path)]
-    code, wall, peak = run_measured(cmd, log_path, name)
+    code, wall, peak = run_measured(cmd, log_path, part)
     if code != 0 or not result_path.exists():
-        raise BenchError(f"part {name} failed (exit {code}); log {log_path}:\n{tail(log_path)}")
+        raise BenchError(f"part {part} failed (exit {code}); log {log_path}:\n{tail(log_path)}")
     result: dict[str, Any] = json.loads(result_path.read_text(encoding="utf-8"))
     result.update(process_wall_s=wall, process_peak_tree_mib=peak)
     return result

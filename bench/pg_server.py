@@ -46,7 +46,7 @@ def is_local(server: str) -> bool:
 
 def safe_server(server: str) -> str:
     """The server's connection string without a password, for the report and messages."""
-    from applier.targets.postgres import redacted
+    from applier.targets.pg_connections import redacted
 
     return redacted(server)
 
@@ -100,31 +100,9 @@ class Databases:
         name = conninfo.conninfo_to_dict(url)["dbname"]
         if name not in self.created:
             raise BenchError(f"database {name} was not created by this benchmark; not dropping it")
-        self._drop_slots(name)
         drop = sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name))
         self._run(drop, f"dropping database {name}")
         self.created.remove(name)
-
-    def _drop_slots(self, name: str) -> None:
-        """Drop the replication slots of database ``name`` (PostgreSQL refuses to drop a database that has any).
-
-        A slot still in use (a ``pg_recvlogical`` or an extractor left running
-        by a failed step) has its process ended first.
-        """
-        import time
-
-        with self._admin() as admin:
-            slots = "SELECT slot_name, active_pid FROM pg_replication_slots WHERE database = %s"
-            for _ in range(50):
-                rows = admin.execute(slots, [name]).fetchall()
-                if not any(pid for _, pid in rows):
-                    break
-                for _, pid in rows:
-                    if pid:
-                        admin.execute("SELECT pg_terminate_backend(%s)", [pid])
-                time.sleep(0.1)
-            for slot, _ in rows:
-                admin.execute("SELECT pg_drop_replication_slot(%s)", [slot])
 
     def drop_all(self) -> None:
         """Drop every database still there; a failure is reported, not raised (this runs while cleaning up)."""
@@ -161,14 +139,6 @@ class Databases:
             "psycopg": psycopg.__version__,
             "round_trip_ms": round_trip_ms,
         }
-
-
-def round_trip_ms(url: str, times: int = 2000) -> float:
-    """:func:`_round_trip_ms` on a new connection to ``url`` (a database on the server, or on a relay to it)."""
-    import psycopg
-
-    with psycopg.connect(url, autocommit=True) as conn:
-        return _round_trip_ms(conn, times)
 
 
 def _round_trip_ms(conn: Any, times: int = 2000) -> float:

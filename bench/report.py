@@ -91,8 +91,6 @@ def _machine(r: dict[str, Any], add: Add) -> None:
 
 
 def _workloads(r: dict[str, Any], add: Add) -> None:
-    if not r["workloads"]:  # the source steps generate none: pgbench writes their source
-        return
     add("## Workloads")
     add("")
     rows, notes = [], []
@@ -203,21 +201,14 @@ def _goals(r: dict[str, Any], add: Add) -> None:
     add("## Goals of the issues")
     add("")
     table(add, ["goal", "measured", ""], rows, right=99)
-    if r.get("pg-network"):
-        shown = "; ".join(
-            f"at a {m.rtt_ms:.2f} ms round trip {m.whole_s['rowbyrow'] / m.compiled_s:.1f}x row-by-row ("
-            f"{met(f.meets(m, 'rowbyrow'))}) and {m.whole_s['pertxn'] / m.compiled_s:.1f}x per-transaction ("
-            f"{met(f.meets(m, 'pertxn'))})"
-            for m in f.all_measured(r)
-        )
-        para(add, f"The PostgreSQL goals across an emulated network (see below): {shown}.")
 
 
 def _side_by_side(r: dict[str, Any], add: Add) -> None:
     for key, title, label, limit, baselines in (
         ("narrow", "Delta", "engine", "limit", (("per-transaction commits", "pertxn"),)),
-        ("pg-compiled", "PostgreSQL", "compiled", "pg-limit", (("per-transaction", "pg-pertxn"),)),
-    ):
+        ("pg-compiled", "PostgreSQL", "compiled", "pg-limit", (("per-transaction", "pg-pertxn"),
+                                                               ("log-order row-by-row", "pg-rowbyrow"))),
+    ):  # fmt: skip
         if key not in r:
             continue
         n, committed, rows = r["workloads"]["narrow"]["changes"], f.committed(r), []
@@ -235,8 +226,6 @@ def _side_by_side(r: dict[str, Any], add: Add) -> None:
                 f"Spark start {lim['startup_since_spawn_s']:.1f} + read and parse every image {lim['parse_s']:.1f} "
             )
             rows.append(["calibrated limit", f"{e2e:.1f}", f"{n / e2e:,.0f}", f"{covers}+ {writes} (work {work:.1f})"])
-        if key == "pg-compiled":
-            baselines += (("log-order row-by-row", "pg-rowbyrow"),)
         for name, part in ((name, r[k]) for name, k in baselines if k in r):
             total = f.linear(part, committed)
             if f.whole(part, committed):
@@ -268,8 +257,6 @@ def _runs(r: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
         runs.append((f"run-length, {cycles(r['run-length']['run'])}", r["run-length"]["run"]))
     if "pg-compiled" in r:
         runs += [(f"PostgreSQL, {cycles(x)}", x) for x in (r["pg-compiled"]["one"], r["pg-compiled"]["cycles"])]
-    for run in r.get("pg-network", {}).get("runs", []):
-        runs.append((f"PostgreSQL through the relay at {run['measured_rtt_ms']:.2f} ms", run["compiled"]))
     return runs
 
 
@@ -298,7 +285,7 @@ def _applier_runs(r: dict[str, Any], add: Add) -> None:
         )
         rows.append([label, mib(q["budget_bytes"]), mib(q["peak_bytes"]), held, spooled, x["spilled"]])
     table(add, ["run", "budget", "peak", "held at a cycle's end", "spooled", "spill files created"], rows)
-    shown = [(label, x) for label, x in runs if not label.startswith(("run-length", "PostgreSQL through"))]
+    shown = [(label, x) for label, x in runs if not label.startswith("run-length")]
     para(add, "Seconds per phase, summed over the cycles:")
     rows = [
         [k, *(f"{x['phases'].get(k, 0.0):.1f}" for _, x in shown)]
@@ -321,7 +308,6 @@ def _parts(r: dict[str, Any], add: Add) -> None:
         "pertxn": "per-transaction Delta commits",
         "small": "small cycles",
         "pg-limit": "calibrated limit (PostgreSQL)",
-        "pg-forms": "MERGE, ON CONFLICT or counted statements",
         "pg-pertxn": "per-transaction (PostgreSQL)",
         "pg-rowbyrow": "log-order row-by-row",
     }
@@ -336,14 +322,11 @@ def _parts(r: dict[str, Any], add: Add) -> None:
 def render(r: dict[str, Any]) -> str:
     """The Markdown report of the results ``r`` (as :meth:`bench.steps.Bench.run` returns them), ending in a newline."""
     from bench.duckdb_bench import section as duckdb_section
-    from bench.ops_bench import section as ops_section
     from bench.report_details import SECTIONS  # their sections use this module's helpers
-    from bench.report_source import SECTIONS as SOURCE_SECTIONS
     from bench.scaleout import section as scaleout_section
 
     lines: list[str] = []
-    sections = (_title, _machine, _workloads, _goals, _side_by_side, duckdb_section, scaleout_section, _applier_runs)
-    sections += (_parts, *SECTIONS)
-    for section in (*sections, *SOURCE_SECTIONS, ops_section):
+    for section in (_title, _machine, _workloads, _goals, _side_by_side, duckdb_section, scaleout_section,
+                    _applier_runs, _parts, *SECTIONS):  # fmt: skip
         section(r, lines.append)
     return "\n".join(lines) + "\n"

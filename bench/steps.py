@@ -23,7 +23,6 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from bench import pg_delay
 from bench.duckdb_bench import step_duckdb
 from bench.measure import (
     BenchError,
@@ -38,26 +37,19 @@ from bench.measure import (
     tail,
     write_config,
 )
-from bench.ops_bench import step_ops
-from bench.pg_server import Databases, database_url, fingerprints, round_trip_ms
+from bench.pg_server import Databases, fingerprints
 from bench.scaleout import step_scaleout
-from bench.source_apply import step_latency, step_materialize
-from bench.source_bench import step_extract, step_pgbench_tps
 from bench.workload import (
     generate,
     latest_table_defs,
     prepare_workdir,
-    write_bad_row_pairs,
     write_run_length_pairs,
 )
 
 GROUPS = {
     "delta": ("narrow", "limit", "pertxn", "small", "duckdb"),
     "memory": ("wide", "many-open", "run-length"),
-    "pg": ("pg-compiled", "pg-limit", "pg-forms", "pg-pertxn", "pg-rowbyrow", "pg-network"),
-    "errors": ("bad-row",),
-    "source": ("extract", "pgbench-tps", "latency", "materialize"),
-    "operator": ("ops",),
+    "pg": ("pg-compiled", "pg-limit", "pg-pertxn", "pg-rowbyrow"),
     "scale": ("scaleout",),
 }
 ORDER = tuple(step for steps in GROUPS.values() for step in steps)
@@ -65,8 +57,6 @@ NEEDS = {
     "limit": ("narrow",),
     "wide": ("narrow",),
     "pg-limit": ("pg-compiled",),
-    "pg-forms": ("pg-compiled",),
-    "pg-network": ("pg-compiled", "pg-limit", "pg-pertxn", "pg-rowbyrow"),
 }
 RUN_KEY = "bench-run-length"
 
@@ -104,7 +94,6 @@ class Bench:
             "wide": lambda: generate(folder, "wide", a.wide_transactions, a.wide_file_size_mb, **wide),
             "many-open": lambda: generate(folder, "many-open", a.many_open_transactions, None),
             "run-length": lambda: write_run_length_pairs(folder, a.run_length_cycles, a.run_length_transactions),
-            "bad-row": lambda: write_bad_row_pairs(folder, a.bad_row_transactions, a.bad_row_rows, a.bad_row_at),
         }
         if key not in self.r["workloads"]:
             self.r["workloads"][key] = makers[key]()
@@ -130,7 +119,7 @@ class Bench:
         r.update(date=dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M UTC"), driver_memory=a.driver_memory)
         started = time.perf_counter()
         progress(f"steps {', '.join(steps)}; load average {r['load_before']}; work folder {self.workdir}")
-        if any(s.startswith("pg-") or s in GROUPS["source"] or s == "scaleout" for s in steps):
+        if any(s.startswith("pg-") or s == "scaleout" for s in steps):
             r["server"], r["threads"] = self.dbs.facts(), a.threads  # refuses an unreachable server first
         r["machine"] = machine_facts()
         prepare_workdir(self.workdir)
@@ -275,151 +264,29 @@ def step_pg_compiled(b: Bench) -> None:
     b.r["pg-compiled"]["agree"] = rows["one"] == rows["cycles"]
 
 
-def _pg_part(b: Bench, part: str, **extra: Any) -> None:
-    """``pg-limit`` or ``pg-forms`` on a new database, from the one-cycle compiled run's rows."""
-    url = b.dbs.create(part[3:])
-    params = {"intermediate_dir": str(b.workload("narrow")), "source_url": b.pg_one_url, "url": url, **extra}
-    b.r[part] = run_part(part, params, b.workdir)
+def step_pg_limit(b: Bench) -> None:
+    """The calibrated limit on a new database, from the one-cycle compiled run's rows."""
+    url = b.dbs.create("limit")
+    params = {"intermediate_dir": str(b.workload("narrow")), "source_url": b.pg_one_url, "url": url}
+    b.r["pg-limit"] = run_part("pg-limit", {**params, "settings": b.delta("pg_limit", "narrow")}, b.workdir)
     b.dbs.drop(url)
-
-
-def _through(url: str, via: str) -> str:
-    """The database of ``url`` reached through the relay ``via`` (``url`` itself without one)."""
-    import psycopg
-
-    return database_url(via, psycopg.conninfo.conninfo_to_dict(url)["dbname"]) if via else url
-
-
-def _baseline(b: Bench, part: str, prefix: int, role: str = "", via: str = "") -> tuple[dict[str, Any], str]:
-    """One baseline (``pg-pertxn`` or ``pg-rowbyrow``) on a new database (through the relay ``via``, if any)."""
-    url = b.dbs.create(role or part[3:])
-    params = {"intermediate_dir": str(b.workload("narrow")), "url": _through(url, via), "prefix": prefix}
-    result = run_part(part, params, b.workdir, role or part)
-    progress(
-        f"{part}: {result['transactions']} transactions, {result['statements']} statements in {result['seconds']:.1f} s"
-    )
-    return result, url
 
 
 def step_pg_baseline(b: Bench, part: str, prefix: int | None) -> None:
-    """A baseline on every committed transaction (or a prefix); whether it leaves the compiled run's rows."""
-    committed = b.committed()
-    result, url = _baseline(b, part, min(prefix or committed, committed))
+    """A baseline on every committed transaction (or a prefix), on a new database; whether it leaves the same rows."""
+    committed, url = b.committed(), b.dbs.create(part[3:])
+    params = {"intermediate_dir": str(b.workload("narrow")), "url": url, "prefix": min(prefix or committed, committed)}
+    b.r[part] = result = run_part(part, params, b.workdir)
+    done = f"{result['transactions']} transactions, {result['statements']} statements"
+    progress(f"{part}: {done} in {result['seconds']:.1f} s")
     checks = b.r.setdefault("pg-baselines", {"rows": {}, "match_compiled": {}})
     checks["rows"][part] = fingerprints(url, list(latest_table_defs(b.workload("narrow"))))
     b.dbs.drop(url)
-    b.r[part] = result
     if result["transactions"] == committed and "pg-compiled" in b.r:
         checks["match_compiled"][part] = checks["rows"][part] == b.r["pg-compiled"]["rows"]["one"]
     if {"pg-pertxn", "pg-rowbyrow"} <= set(b.r):
         same = b.r["pg-pertxn"]["transactions"] == b.r["pg-rowbyrow"]["transactions"]
         checks["agree"] = checks["rows"]["pg-pertxn"] == checks["rows"]["pg-rowbyrow"] if same else None
-
-
-BAD_ROW_MODES: dict[str, dict[str, Any]] = {
-    # name: (constraint on the target?, apply/errors settings)
-    "one group, clean": {"constraint": False, "apply.compile_max_cmds": 10**9},
-    "groups (defaults), clean": {"constraint": False},
-    "apply.compile false, clean": {"constraint": False, "apply.compile": "false"},
-    "one bad, split in 3": {"constraint": True, "apply.compile_max_cmds": 10**9},
-    "one bad, split in 2": {"constraint": True, "apply.compile_max_cmds": 10**9, "apply.retry_split": 2},
-    "one bad, whole group in log order": {
-        "constraint": True,
-        "apply.compile_max_cmds": 10**9,
-        "apply.compile_retry_threshold": 10**9,
-    },
-}
-
-
-def step_bad_row(b: Bench) -> None:
-    """One 1M-change cycle on PostgreSQL: clean (one group, default groups, no compile), then with one bad transaction.
-
-    Each mode runs on a new database whose table is created first, with the
-    CHECK constraint ``qty >= 0`` in the modes with a bad transaction (its
-    action ``log``). Attempts come from the cycle report's ``groups``.
-    """
-    folder = b.workload("bad-row")
-    runs: dict[str, Any] = {}
-    for mode, settings in BAD_ROW_MODES.items():
-        url = b.dbs.create("bad")
-        _items_table(url, settings["constraint"])
-        name = "bad_" + "".join(c if c.isalnum() else "_" for c in mode)[:40]
-        keys = {k: v for k, v in settings.items() if k != "constraint"}
-        target = {
-            "type": "postgres",
-            "url": url,
-            "apply.threads": b.args.threads,
-            "errors.actions.check": "log",
-            **keys,
-        }
-        result = run_applier(
-            b.workdir, name, applier_settings(b.workdir, name, folder, 0.0, b.args.driver_memory, target)
-        )
-        report = [json.loads(line) for line in (b.workdir / name / "output" / name / "cycles.jsonl").open()]
-        groups = [g for c in report for g in c["groups"]]
-        result.update(
-            groups=len(groups),
-            attempts=sum(int(g["attempts"]) for g in groups),
-            exceptions=[e["xid"] for c in report for e in c["exceptions"]],
-            rows=_count(url),
-        )
-        runs[mode] = result
-        b.dbs.drop(url)
-        progress(f"bad-row {mode}: {result['wall_s']:.1f} s, {result['attempts']} attempts, {result['rows']} rows")
-    b.r["bad-row"] = {"runs": runs, "bad": b.args.bad_row_at, "rows_each": b.args.bad_row_rows}
-
-
-def _items_table(url: str, constraint: bool) -> None:
-    import psycopg
-
-    with psycopg.connect(url) as conn:
-        conn.execute("CREATE SCHEMA bench")
-        conn.execute("CREATE TABLE bench.items (id bigint PRIMARY KEY, qty integer, note text)")
-        if constraint:
-            conn.execute("ALTER TABLE bench.items ADD CONSTRAINT qty_not_negative CHECK (qty >= 0)")
-
-
-def _count(url: str) -> int:
-    import psycopg
-
-    with psycopg.connect(url) as conn:
-        row = conn.execute("SELECT count(*) FROM bench.items").fetchone()
-    return int(row[0]) if row else 0
-
-
-def step_pg_network(b: Bench) -> None:
-    """Each approach through a relay delaying every byte, at each ``--network-rtt-ms``.
-
-    The relay holds each byte so that a round trip through it, its own hop
-    included, takes the time asked. Through it, the compiled apply runs whole
-    and must leave the rows it left directly. Each baseline applies its first
-    ``--network-prefix`` transactions directly and then through the relay,
-    back to back, so the two differ in the relay alone.
-    """
-    a, tables = b.args, list(latest_table_defs(b.workload("narrow")))
-    prefix = min(a.network_prefix, b.committed())
-    network: dict[str, Any] = {"prefix": prefix, "direct_rtt_ms": round_trip_ms(database_url(a.server, "postgres"))}
-    with pg_delay.delayed_server(a.server, 0.0) as via:
-        network["relay_rtt_ms"] = round_trip_ms(database_url(via, "postgres"))  # the relay's own hop
-    network["runs"] = []
-    for i, rtt in enumerate(a.network_rtt_ms, 1):
-        hold_ms = max(0.0, rtt - network["relay_rtt_ms"]) / 2
-        with pg_delay.delayed_server(a.server, hold_ms) as via:
-            run: dict[str, Any] = {"rtt_ms": rtt, "hold_ms": hold_ms, "direct": {}}
-            run["measured_rtt_ms"] = round_trip_ms(database_url(via, "postgres"))
-            progress(f"relay for {rtt:g} ms: a round trip through it takes {run['measured_rtt_ms']:.3f} ms")
-            url = b.dbs.create(f"net{i}_compiled")
-            run["compiled"] = run_applier(b.workdir, f"pg_net{i}", b.postgres(f"pg_net{i}", _through(url, via)))
-            run["compiled_agrees"] = fingerprints(url, tables) == b.r["pg-compiled"]["rows"]["one"]
-            b.dbs.drop(url)
-            for part in ("pg-pertxn", "pg-rowbyrow"):
-                name = part[3:]
-                run["direct"][name], url = _baseline(b, part, prefix, role=f"net{i}d_{name}")
-                b.dbs.drop(url)
-                run[name], url = _baseline(b, part, prefix, role=f"net{i}_{name}", via=via)
-                b.dbs.drop(url)
-        network["runs"].append(run)
-    b.r["pg-network"] = network
 
 
 STEPS: dict[str, Callable[[Bench], None]] = {
@@ -432,16 +299,8 @@ STEPS: dict[str, Callable[[Bench], None]] = {
     "many-open": step_many_open,
     "run-length": step_run_length,
     "pg-compiled": step_pg_compiled,
-    "pg-limit": lambda b: _pg_part(b, "pg-limit", settings=b.delta("pg_limit", "narrow")),
-    "pg-forms": lambda b: _pg_part(b, "pg-forms", repeats=b.args.forms_repeats),
+    "pg-limit": step_pg_limit,
     "pg-pertxn": lambda b: step_pg_baseline(b, "pg-pertxn", b.args.pertxn_prefix),
     "pg-rowbyrow": lambda b: step_pg_baseline(b, "pg-rowbyrow", b.args.rowbyrow_prefix),
-    "pg-network": lambda b: step_pg_network(b) if b.args.network_rtt_ms else None,
-    "bad-row": step_bad_row,
-    "extract": step_extract,
-    "pgbench-tps": step_pgbench_tps,
-    "latency": step_latency,
-    "materialize": step_materialize,
-    "ops": step_ops,
     "scaleout": step_scaleout,
 }

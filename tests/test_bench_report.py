@@ -25,13 +25,11 @@ MIB = 1024 * 1024
 
 def test_a_step_brings_in_the_steps_it_needs_in_the_harness_order() -> None:
     assert selected_steps("wide") == ["narrow", "wide"]
-    assert selected_steps("pg-network") == ["pg-compiled", "pg-limit", "pg-pertxn", "pg-rowbyrow", "pg-network"]
+    assert selected_steps("pg-limit") == ["pg-compiled", "pg-limit"]
     assert selected_steps("run-length,delta") == ["narrow", "limit", "pertxn", "small", "duckdb", "run-length"]
     assert selected_steps("duckdb") == ["duckdb"]
-    assert len(selected_steps("all")) == 21
-    assert selected_steps("errors") == ["bad-row"]
-    assert selected_steps("source") == ["extract", "pgbench-tps", "latency", "materialize"]
-    assert selected_steps("operator") == ["ops"]
+    assert len(selected_steps("all")) == 13
+    assert selected_steps("pg") == ["pg-compiled", "pg-limit", "pg-pertxn", "pg-rowbyrow"]
 
 
 def test_an_unknown_step_is_refused_with_the_known_ones() -> None:
@@ -146,25 +144,6 @@ def test_a_run_that_slows_down_or_grows_misses_the_run_length_goals() -> None:
     assert _goal(report, "no growth in 200 cycles: median driver peak").endswith("**1.20x** | **not met** |")
 
 
-def test_the_bad_row_section_shows_each_run_with_its_applies_and_what_was_set_aside() -> None:
-    run = {"wall_s": 42.0, "cycle_seconds": 30.5, "groups": 1, "attempts": 29, "exceptions": ["b6170"]}
-    clean = {**run, "attempts": 1, "exceptions": []}
-    results = _results(last_cycles_s=0.55, last_rss=320.0)
-    results["bad-row"] = {
-        "bad": 6170,
-        "rows_each": 100,
-        "runs": {
-            "one group, clean": {**clean, "rows": 1_000_000, "peak_tree_mib": 900.0},
-            "one bad, split in 3": {**run, "rows": 999_900, "peak_tree_mib": 950.0},
-        },
-    }
-    report = render(results)
-    assert "## One bad transaction in a 1M-change cycle (PostgreSQL)" in report
-    assert "| one group, clean | 42.0 | 30.5 | 1 | 1 | 1,000,000 | 900 | - |" in report
-    assert "| one bad, split in 3 | 42.0 | 30.5 | 1 | 29 | 999,900 | 950 | b6170 |" in report
-    assert "the bad transaction (b6170)" in report
-
-
 def _duckdb_round(first: str, engine_s: float, duckdb_s: float) -> dict[str, Any]:
     engine = {"wall_s": engine_s, "cpu_s": 60.0, "peak_tree_mib": 3000.0, "cycle_seconds": engine_s - 8, "rows_read": 9,
               "load_before": 1.5, "phases": {"read": 10.0, "spark": engine_s - 18}}  # fmt: skip
@@ -189,96 +168,6 @@ def test_the_duckdb_section_marks_the_goal_on_the_best_round_of_each_side() -> N
     assert _goal(render(results), "engine (Delta) end to end within 3x").endswith(
         "**3.0x** (CPU 15.0x, memory 3.0x) | **met** |"
     )
-
-
-def _source_results() -> dict[str, Any]:
-    """Results of the source steps: 1M changes, extractor 50 s against pg_recvlogical 10 s."""
-    results = _results(last_cycles_s=0.55, last_rss=320.0)
-    for key in ("narrow", "wide", "many-open", "run-length"):
-        del results[key]
-    results["workloads"] = {}
-    ways = {"pgoutput, decoded in the server only (count)": {"s": 2.0, "changes": 1_000_000, "messages": 1_500_000,
-                                                             "mib": 150.0}}  # fmt: skip
-    extractor = {"wall_s": 50.0, "peak_tree_mib": 300.0, "written_mib": 120.0, "pairs": 2, "transactions": 250_000,
-                 "rows": 1_000_000}  # fmt: skip
-    results["extract"] = {
-        "load": {"transactions": 250_000}, "scale": 10, "wal_mib": 500.0, "extractor": extractor,
-        "recvlogical": {"wall_s": 10.0, "peak_tree_mib": 6.0, "written_mib": 160.0},
-        "transport": {"ways": ways, "process_peak_tree_mib": 90.0},
-    }  # fmt: skip
-    run = {"tps": 3000.0, "latency_ms": 1.3, "transactions": 90_000, "p50_ms": 1.0, "p95_ms": 3.0, "p99_ms": 5.0,
-           "max_ms": 40.0}  # fmt: skip
-    results["pgbench-tps"] = {"seconds": 30, "clients": 4, "scale": 10, "without": run,
-                              "with": {**run, "tps": 2400.0, "latency_ms": 1.69},
-                              "extractor": {"rows": 360_000, "pairs": 3, "cpu_s": 12.0, "peak_tree_mib": 250.0,
-                                            "stop_s": 4.0, "behind_mib": 8.0}}  # fmt: skip
-    tick = {"extract_s": 1.0, "extract_peak_mib": 150.0, "apply_s": 14.0, "apply_peak_mib": 1500.0,
-            "visible_s": 14.5, "rows": 1200, "p50_s": 44.0, "p95_s": 71.0, "max_s": 74.0}  # fmt: skip
-    results["latency"] = {"schedule_s": 60.0, "rate": 20, "target": "delta", "markers": 4800, "visible": 4800,
-                          "ticks": [{**tick, "tick": 1, "at_s": 60.0}, {**tick, "tick": 2, "at_s": 125.0}],
-                          "p50_s": 44.5, "p95_s": 71.5, "max_s": 74.5, "mean_s": 44.6}  # fmt: skip
-    copy = {"wall_s": 20.0, "copied_rows": 1_000_000, "written_mib": 60.0, "peak_tree_mib": 200.0}
-    apply = {"wall_s": 40.0, "peak_tree_mib": 1800.0, "state": "valid", "agrees": True}
-    results["materialize"] = {"rows": 1_000_000, "chunk_rows": 100_000, "writer_tps": 20, "targets": ["delta"],
-                              "runs": {"atomic": {"copy": copy, "catch_up": {"wall_s": 1.0},
-                                                  "applies": {"delta": apply}}}}  # fmt: skip
-    return results
-
-
-def test_the_source_sections_show_throughput_tps_latency_and_materialization() -> None:
-    report = render(_source_results())
-    assert "| `applier extract` (pairs) | 50.0 | 1,000,000 | **20,000** | 10.0 | 120.0 | 2.4 | 300 |" in report
-    assert "| `pg_recvlogical` (file) | 10.0 | 1,000,000 | **100,000** | 50.0 | 160.0 | 16.0 | 6 |" in report
-    assert "The extractor takes 5.0x `pg_recvlogical`'s time" in report
-    assert "the rows are the stream's changes: yes" in report
-    assert "| pgoutput, decoded in the server only (count) | 2.00 | 500,000 | 1,500,000 | 150.0 |" in report
-    assert "With the extractor: **0.80x** the TPS, 1.30x the average latency" in report
-    assert "wrote 360,000 rows in 3 pairs (pgbench changed about 360,000 rows)" in report
-    assert "## Workloads" not in report
-    assert "here 30 + 14.5 = 44.5 s" in report
-    assert "**Latency over all 4,800 markers: p50 44.5 s, p95 71.5 s, max 74.5 s**" in report
-    assert "Tick 2 started late" in report
-    assert "| atomic | **20.0** | 1,000,000 | 50,000 | 60.0 | 200 | 1.0 | **40.0** | 1,800 | valid | yes |" in report
-    assert "while pgbench updated random rows of it at 20/s" in report
-
-
-PGBENCH_OUTPUT = """transaction type: <builtin: TPC-B (sort of)>
-scaling factor: 10
-number of clients: 4
-number of transactions actually processed: 90123
-number of failed transactions: 0 (0.000%)
-latency average = 1.331 ms
-initial connection time = 12.345 ms
-tps = 3004.100000 (without initial connection time)
-"""
-
-
-def test_pgbench_summary_gives_tps_latency_and_transactions_and_refuses_failures() -> None:
-    from bench.pg_source import parse_pgbench
-
-    assert parse_pgbench(PGBENCH_OUTPUT) == {"tps": 3004.1, "latency_ms": 1.331, "transactions": 90123}
-    with pytest.raises(Exception, match="3 transactions failed"):
-        parse_pgbench(PGBENCH_OUTPUT.replace("failed transactions: 0", "failed transactions: 3"))
-
-
-def test_the_operator_section_shows_validation_both_ways_and_each_failure_against_its_bound() -> None:
-    results = _source_results()
-    failure = {"code": 2, "wall_s": 0.41, "stderr_lines": 1, "traceback": False,
-               "first_line": "applier: error: intermediate_dir /x does not exist"}  # fmt: skip
-    slow = {**failure, "code": 4, "wall_s": 3.2}
-    results["ops"] = {
-        "validation": {"run_s": 20.0, "run_peak_mib": 900.0, "in memory": {"wall_s": 4.0, "peak_mib": 300.0},
-                       "Spark": {"wall_s": 36.0, "peak_mib": 1500.0}},
-        "failures": {"`run`, missing `intermediate_dir`": failure, "`run`, wrong PostgreSQL database": slow},
-    }  # fmt: skip
-    report = render(results)
-    assert "**4.0 s in memory** (Arrow and Great Expectations' pandas engine, no JVM; peak 300 MiB)" in report
-    assert "**36.0 s through Spark**" in report and "MiB): 9.0x." in report
-    assert (
-        "| `run`, missing `intermediate_dir` | 2 | 0.41 | 1 | yes | yes | "
-        "`applier: error: intermediate_dir /x does not exist` |"
-    ) in report
-    assert "| `run`, wrong PostgreSQL database | 4 | 3.20 | 1 | yes | **no** |" in report
 
 
 def _scaleout_run(rows: int, cpu: float, executors: float, peak: float, cycles: int = 1) -> dict[str, Any]:

@@ -1,6 +1,6 @@
-"""The benchmark's PostgreSQL parts: the baselines, the statement forms, the limit, the relay and the report.
+"""The benchmark's PostgreSQL parts: the baselines, the limit and the report.
 
-The baselines and forms run against the real server (a fresh database per
+The baselines run against the real server (a fresh database per
 test); the last tests run the PostgreSQL steps of ``python -m bench`` at a tiny
 size in a subprocess.
 """
@@ -10,7 +10,6 @@ from __future__ import annotations
 import math
 import subprocess
 import sys
-import time
 from decimal import Decimal
 from pathlib import Path
 from typing import Any
@@ -27,7 +26,7 @@ REPO = Path(__file__).resolve().parents[1]
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
-from bench import figures, limit, pertxn, pg_delay, pg_forms, pg_rowbyrow, report_details  # noqa: E402
+from bench import figures, limit, pertxn, pg_rowbyrow, report_details  # noqa: E402
 from bench.measure import BenchError  # noqa: E402
 from bench.pg_server import fingerprints, is_local  # noqa: E402
 from bench.source import Prefix, Typed, transaction_net  # noqa: E402
@@ -223,64 +222,7 @@ def test_a_server_is_local_on_loopback_or_a_socket(server: str, local: bool) -> 
     assert is_local(server) is local
 
 
-def test_network_model_adds_a_round_trip_per_statement_and_finds_where_a_goal_holds() -> None:
-    limit_result = {"per_table": {"a": {"bytes": 1_000_000}, "b": {"bytes": 250_000}}}
-    per = {"transactions": 100, "statements": 300, "copies": 150, "commits": 100}
-    row = {"transactions": 100, "statements": 1000, "commits": 100}
-    trips = figures.round_trips(1000, 2, limit_result, per, row)
-    per_cycle = 2 * figures.COMPILED_ROUND_TRIPS_PER_TABLE + figures.COMPILED_ROUND_TRIPS_PER_CYCLE
-    assert trips == figures.RoundTrips(
-        compiled=2.0 * per_cycle, per_transaction=6500.0, row_by_row=12000.0, copy_bytes=1_250_000
-    )
-    modelled = figures.at_rtt(1.0, trips, (10.0, 50.0, 100.0), bandwidth_mbit_s=100.0)
-    assert modelled.row_by_row_s == pytest.approx(100.0 + 12.0)
-    assert modelled.per_transaction_s == pytest.approx(50.0 + 6.5)
-    assert modelled.compiled_s == pytest.approx(10.0 + 2 * per_cycle / 1000 + 0.1)
-    # 100 + 12000 r >= 25 (10 + 0.1 + trips.compiled r)
-    expected = (25 * 10.1 - 100.0) / (12000.0 - 25 * trips.compiled) * 1000
-    assert figures.break_even_rtt_ms(25, 100.0, 12000.0, trips, 10.0, 100.0) == pytest.approx(expected)
-    assert figures.break_even_rtt_ms(5, 100.0, 12000.0, trips, 10.0, 100.0) == 0.0
-    assert figures.break_even_rtt_ms(25, 100.0, 10.0, trips, 10.0, 100.0) is None
-
-
-def test_through_the_relay_each_round_trip_costs_what_the_relay_adds_to_a_select() -> None:
-    run = {
-        "measured_rtt_ms": 0.6,
-        "compiled": {"wall_s": 12.0},
-        "direct": {"pertxn": {"seconds": 2.0}, "rowbyrow": {"seconds": 4.0}},
-        # pertxn: 100 statements + 50 COPYs + 2 x 25 commits = 200 round trips; rowbyrow: 900 + 2 x 50 = 1000.
-        "pertxn": {"seconds": 2.3, "statements": 100, "copies": 50, "commits": 25},
-        "rowbyrow": {"seconds": 4.4, "statements": 900, "commits": 50},
-    }
-    trips = figures.RoundTrips(compiled=140.0, per_transaction=20_000.0, row_by_row=300_000.0, copy_bytes=0)
-    m = figures.measured_at(run, 0.1, {"pertxn": 30.0, "rowbyrow": 60.0}, trips)
-    assert (m.rtt_ms, m.compiled_s) == (0.6, 12.0)
-    assert m.added_ms == pytest.approx(0.5)
-    # Each prefix: directly, through the relay, and directly + its round trips x 0.5 ms.
-    assert m.prefix_s["pertxn"] == pytest.approx((2.0, 2.3, 2.1))
-    assert m.prefix_s["rowbyrow"] == pytest.approx((4.0, 4.4, 4.5))
-    # The whole workload: its direct time + its round trips x 0.5 ms.
-    assert m.whole_s == {"pertxn": pytest.approx(30.0 + 10.0), "rowbyrow": pytest.approx(60.0 + 150.0)}
-
-
 # ------------------------------------------------------------------ against PostgreSQL
-
-
-@pytest.mark.postgres
-def test_delay_relay_holds_every_byte_each_way_and_passes_it_on_intact() -> None:
-    from pg_support import database_url
-
-    server = database_url("postgres")
-    with pg_delay.delayed_server(server, 20.0) as via, psycopg.connect(via, autocommit=True) as conn:
-        started = time.perf_counter()
-        value = conn.execute("SELECT repeat('ab', 2500000) || %s", ["!"]).fetchone()
-        waited = time.perf_counter() - started
-        assert value == ("ab" * 2_500_000 + "!",)
-        # The query went out and its answer came back, each held 20 ms by the relay: never sooner than that.
-        assert waited >= 0.040
-        assert psycopg.conninfo.conninfo_to_dict(via)["host"] == "127.0.0.1"
-    with pytest.raises(psycopg.OperationalError):  # the relay is gone with the block
-        psycopg.connect(via, connect_timeout=2)
 
 
 @pytest.mark.postgres
@@ -300,7 +242,7 @@ def test_row_by_row_refuses_an_update_of_a_row_the_table_does_not_hold(pg_url: s
 
 
 @pytest.mark.postgres
-def test_limit_and_both_statement_forms_rebuild_the_source_rows(pg_url: str) -> None:
+def test_limit_rebuilds_the_source_rows(pg_url: str) -> None:
     from pg_support import fresh_database
 
     pertxn.apply_prefix(pg_url, prefix())
@@ -313,19 +255,6 @@ def test_limit_and_both_statement_forms_rebuild_the_source_rows(pg_url: str) -> 
             "shop.log": 2,
             "shop.tags": 1,
         }
-    with fresh_database() as forms_url:
-        forms = pg_forms.compare_forms(pg_url, forms_url, DEFS, repeats=2)
-        assert forms["agree"] is True
-        staged = {"shop.items": 2, "shop.tags": 1}
-        assert forms["rows"] == {"insert": staged, "update + delete": staged}
-        for scenario in pg_forms.SCENARIOS:
-            assert set(forms["scenarios"][scenario]) == set(pg_forms.FORMS)
-            assert all(len(v["trials_s"]) == 2 for v in forms["scenarios"][scenario].values())
-        # The last trial (update + delete, every tenth row a delete: none of two) leaves the source's keyed rows.
-        assert table_rows(forms_url, ("shop.items", "shop.tags")) == {
-            "shop.items": EXPECTED["shop.items"],
-            "shop.tags": EXPECTED["shop.tags"],
-        }
 
 
 @pytest.mark.slow
@@ -337,7 +266,7 @@ def test_whole_benchmark_runs_at_a_tiny_size_and_drops_its_databases(tmp_path: P
     out = tmp_path / "report.md"
     cmd = [
         sys.executable, "-m", "bench", "--steps", "pg", "--transactions", "300", "--file-size-mb", "0.25",
-        "--forms-repeats", "1", "--server", SERVER, "--network-rtt-ms", "0.5", "--network-prefix", "40",
+        "--server", SERVER,
         "--workdir", str(tmp_path / "work"), "--out", str(out),
     ]  # fmt: skip
     proc = subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
@@ -347,7 +276,6 @@ def test_whole_benchmark_runs_at_a_tiny_size_and_drops_its_databases(tmp_path: P
     headings = (
         "## Side by side: PostgreSQL",
         "## Goals of the issues",
-        "## MERGE, INSERT … ON CONFLICT, or counted statements",
         "## Peak memory",
     )
     for heading in headings:
@@ -359,12 +287,6 @@ def test_whole_benchmark_runs_at_a_tiny_size_and_drops_its_databases(tmp_path: P
     assert "extrapolated" not in report.split("## Side by side")[1].split("## Every `applier run`")[0]
     assert "per-transaction and the one-cycle compiled apply leave the same rows: yes" in report
     assert "row-by-row and the one-cycle compiled apply leave the same rows: yes" in report
-    assert "Every form left the same rows in every trial: yes." in report
-    # Through the delay relay: the compiled apply whole, leaving the direct run's rows; both baselines on a prefix.
-    measured = report.split("## Across an emulated network (measured)")[1].split("## MERGE")[0]
-    assert "Every compiled run through the relay leaves the rows of the direct one: yes." in measured
-    assert "| 0.5 ms |" in measured and "first 40: s directly / through the relay / predicted" in measured
-    assert "through the relay: at 0." in measured and "in `tables`" in measured
     with psycopg.connect(database_url("postgres")) as conn:
         left = conn.execute("SELECT datname FROM pg_database WHERE datname LIKE %s", [f"cdc_bench_{proc.pid}_%"])
         assert left.fetchall() == []

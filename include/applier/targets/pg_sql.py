@@ -210,7 +210,7 @@ def insert_missing(ident: sql.Identifier, stage: sql.Identifier, table: TableDef
     against the table's statistics: a table just emptied (analyzed at 0
     rows) gets a nested loop over a sequential scan of the table it is
     filling, quadratic in the rows (38 s against MERGE's 0.27 s for 100,000
-    rows, ``bench/pg_forms.py``). A unique index on another column still
+    rows; the benchmark's retired ``pg-forms`` step). A unique index on another column still
     refuses a duplicate value. The target inserts net inserts with
     :func:`insert_staged` once an ``UPDATE`` found none of their keys held,
     as fast as ``MERGE``: ``ON CONFLICT``'s speculative inserts cost about
@@ -254,7 +254,7 @@ def merge_keyed(ident: sql.Identifier, stage: sql.Identifier, table: TableDef) -
 
     On PostgreSQL 15 it beat a ``DELETE … USING`` followed by ``INSERT … ON
     CONFLICT`` (:func:`delete_keyed`, :func:`upsert_keyed`) on the same staged
-    rows (``bench/pg_forms.py``), but it cannot tell what it found: the target
+    rows (the benchmark's retired ``pg-forms`` step), but it cannot tell what it found: the target
     applies :func:`delete_keyed`, :func:`update_keyed` and
     :func:`insert_missing` instead, whose row counts show the collisions.
     Staged keys are unique (net changes), so no target row matches twice.
