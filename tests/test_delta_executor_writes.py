@@ -214,7 +214,7 @@ def test_a_failed_commit_job_is_a_transient_error_and_the_driver_s_tables_commit
     compiled = compiled_cycles[0]
     lost = TableWrite(_KillsItsWorker(), False, (), 1)  # type: ignore[arg-type]
     target = executor_target(tmp_path / "target", spark)
-    commit = CycleCommit(str(target.root), APP, target.collisions, 1, None)
+    commit = CycleCommit(str(target.root), APP, target.collisions, 1, None, target.compact_min_files)
     with pytest.raises(TargetError) as caught:
         apply_beside_executors(target, spark, commit, [lost], compiled)
     assert caught.value.transient and caught.value.error_class == "connection"

@@ -130,6 +130,8 @@ class TargetConfig:
     (a debugging aid, off: they may be personal data). ``lock_timeout_s`` and
     ``statement_timeout_s`` (PostgreSQL): how long a statement waits for a lock,
     and may run, before it fails with a transient error (0: no limit).
+    ``compact_min_files`` (Delta): a table holding this many files smaller than
+    its target size after a cycle's commit is compacted (``OPTIMIZE``; 0: never).
     """
 
     type: str = dialects.DEFAULT_TYPE
@@ -139,6 +141,7 @@ class TargetConfig:
     show_row_values: bool = False
     lock_timeout_s: float = 60.0
     statement_timeout_s: float = 0.0
+    compact_min_files: int = 50
 
 
 @dataclass(frozen=True)
@@ -245,6 +248,7 @@ _KEYS: dict[str, tuple[Callable[[str, Any], Any], Any]] = {
     "target.show_row_values": (cv.boolean, False),
     "target.lock_timeout_s": (cv.seconds("0 waits for ever"), 60.0),
     "target.statement_timeout_s": (cv.seconds("0 means no limit"), 0.0),
+    "target.compact_min_files": (cv.int_at_least(0, "small files that make a Delta table compacted, 0: never"), 50),
     "apply.transient_retries": (cv.int_at_least(0, "retries of a cycle after a transient target error"), 3),
     "apply.transient_retry_delay_s": (cv.seconds("the first wait; each retry waits twice the one before"), 5.0),
     "apply.threads": (cv.int_at_least(1, "concurrent table loads, the target's load connections"), 4),
@@ -422,6 +426,7 @@ def load_config(path: Path | str | None, overrides: Sequence[str] = ()) -> Confi
             show_row_values=values["target.show_row_values"],
             lock_timeout_s=values["target.lock_timeout_s"],
             statement_timeout_s=values["target.statement_timeout_s"],
+            compact_min_files=values["target.compact_min_files"],
         ),
         spark=SparkConfig(master=values["spark.master"], conf=MappingProxyType(spark_conf)),
         validate=ValidateConfig(in_memory_max_rows=values["validate.in_memory_max_rows"]),

@@ -57,6 +57,7 @@ from applier.intermediate.schema import SchemaError, TableDef, check_table_name
 from applier.targets import CycleLoad, Part, PassedTransaction, holds_part
 from applier.targets.collisions import Collisions
 from applier.targets.delta_check import constraints_of, refused_constraints, rows_to_check
+from applier.targets.delta_compact import DEFAULT_MIN_FILES, compact, due
 from applier.targets.delta_errors import open_table as _open
 from applier.targets.delta_errors import target_errors as _target_errors
 from applier.targets.delta_exceptions import append, delete, records, store_path
@@ -86,6 +87,8 @@ class DeltaTarget:
             tasks once a session is given (:meth:`use_spark`,
             :func:`~applier.targets.executor_tasks.executor_threshold`; None:
             the default for the session's master, infinity: never).
+        compact_min_files: a table holding this many small files after a
+            cycle's commit is compacted (:mod:`~applier.targets.delta_compact`; 0: never).
     """
 
     def __init__(
@@ -96,6 +99,7 @@ class DeltaTarget:
         threads: int = 4,
         collisions: Collisions | None = None,
         executor_write_mb: float | None = None,
+        compact_min_files: int = DEFAULT_MIN_FILES,
     ) -> None:
         if collisions is not None and collisions.refuse:
             raise ConfigError(
@@ -108,6 +112,7 @@ class DeltaTarget:
         self.root = Path(root).resolve()
         self.app_id = app_id
         self.threads = threads
+        self.compact_min_files = compact_min_files
         self._checkpoint_copy = self.root / OWN_FOLDER / f"{app_id}.checkpoint.json"
         self.atomic_cycles = False  # each table commits on its own
         self.log_order = False  # no statements: a log-order transaction commits its net change
@@ -138,7 +143,8 @@ class DeltaTarget:
         if self._spark is not None and self._executor_bytes is not None:
             writes = executor_writes(changes, self._executor_bytes, self._constraints)
             if writes:
-                commit = CycleCommit(str(self.root), self.app_id, self.collisions, cycle_id, part)
+                compacting = self.compact_min_files
+                commit = CycleCommit(str(self.root), self.app_id, self.collisions, cycle_id, part, compacting)
                 return apply_beside_executors(self, self._spark, commit, writes, changes)
         return apply_tables(self, self.threads, cycle_id, changes, part)
 
@@ -390,7 +396,10 @@ class DeltaTarget:
             def settle(met: dict[str, int]) -> None:
                 found.update(self.collisions.settle(name, met))
 
+            compacting = due(current, self.compact_min_files)
             (apply_keyed if changes.counted is None else apply_counted)(table, path, changes, props, settle)
+            if compacting:
+                compact(path, name)
             log.debug("table %s: cycle %d committed, net %s", name, cycle_id, changes.stats)
             return True, cycle_id, found
 

@@ -57,6 +57,7 @@ class DeltaDialect:
             threads=config.apply.threads,
             collisions=Collisions.of(config),
             executor_write_mb=config.apply.executor_write_mb,
+            compact_min_files=config.target.compact_min_files,
         )
 
     def read_arrow(self, config: Config, table: str) -> Any | None:

@@ -43,6 +43,7 @@ class CycleCommit:
     collisions: Collisions
     cycle_id: int
     part: Part | None
+    compact_min_files: int
 
 
 @dataclass(frozen=True)
@@ -113,7 +114,8 @@ def _commit_tables(commit: CycleCommit, writes: Iterator[TableWrite]) -> Iterato
     prepare_worker()
     from applier.targets.delta import DeltaTarget  # the target module imports this one
 
-    target = DeltaTarget(Path(commit.root), commit.app_id, threads=1, collisions=commit.collisions)
+    root, compacting = Path(commit.root), commit.compact_min_files
+    target = DeltaTarget(root, commit.app_id, threads=1, collisions=commit.collisions, compact_min_files=compacting)
     for write in writes:
         name = write.table.name
         started = time.perf_counter()
