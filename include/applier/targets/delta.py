@@ -29,9 +29,11 @@ An operator's resubmission of a set-aside transaction commits outside any
 cycle, tagged with the exception id instead, and is walked past when the held
 cycle is read (:mod:`applier.targets.delta_resubmit`).
 
-Every write opens the table afresh: delta-rs writes against the snapshot of the
-``DeltaTable`` it is given, and an overwrite from a stale snapshot keeps files
-added after it. The target assumes it is the only writer of its tables.
+Every write is made on the table as opened at the start of that table's apply
+(the same call), never on a snapshot kept from before: delta-rs writes against
+the snapshot of the ``DeltaTable`` it is given, and an overwrite from a stale
+snapshot keeps files added after it. The target assumes it is the only writer
+of its tables.
 """
 
 from __future__ import annotations

@@ -64,7 +64,7 @@ def apply_keyed(
         create(path, changes.table.name, upserts, schema, props)
         return
     if changes.truncate:
-        write_deltalake(str(path), upserts, mode="overwrite", commit_properties=props, writer_properties=_WRITER)
+        write_deltalake(table, upserts, mode="overwrite", commit_properties=props, writer_properties=_WRITER)
         return
     marker = unused_name("__applier_delete", schema.names)
     source = merge_source(upserts, changes.deletes, changes.table, marker)
@@ -119,10 +119,10 @@ def apply_counted(
         settle({"delete": -int(pc.sum(removals.column(COUNT_COLUMN)).as_py())})  # nothing there to delete
     if table is None:
         create(path, name, inserts, schema, props)
-    elif changes.truncate:
-        write_deltalake(str(path), inserts, mode="overwrite", commit_properties=props, writer_properties=_WRITER)
+    elif changes.truncate:  # ``table``, as just opened: delta-rs would open the table again from its path
+        write_deltalake(table, inserts, mode="overwrite", commit_properties=props, writer_properties=_WRITER)
     elif removals.num_rows == 0:
-        write_deltalake(str(path), inserts, mode="append", commit_properties=props, writer_properties=_WRITER)
+        write_deltalake(table, inserts, mode="append", commit_properties=props, writer_properties=_WRITER)
     else:
         rewrite_copies(table, path, name, schema, removals, inserts, props, lambda n: settle({"delete": n}))
 
