@@ -11,39 +11,29 @@ from __future__ import annotations
 
 import argparse
 
-from applier.config import Config, load_config
+from applier.config import load_config
 from applier.engine.checkpoint import CheckpointStore
 from applier.engine.jvm_launch import LaunchedJvm, launch
-from applier.errors import ApplierError
 from applier.intermediate.pairs import list_pairs
 
 
 def launch_for(args: argparse.Namespace) -> LaunchedJvm | None:
-    """The JVM for ``applier run`` with ``args``; None when the run will not need one, or will refuse to start.
+    """The JVM for ``applier run`` with ``args``, launched when a pair waits after the checkpoint.
 
-    It never raises: it runs before the command's own error handling, and a
-    run that cannot start meets the same problem there and says so in its words.
+    None when none waits, or when the run will refuse to start (a bad option,
+    configuration, checkpoint or folder). It never raises: it runs before the
+    command's own error handling, and a run that cannot start meets the same
+    problem there and says so in its words, without a JVM.
     """
     if args.max_cycles is not None and args.max_cycles < 0:
         return None
     try:
-        return _launch_ahead(load_config(args.config, args.overrides))
-    except Exception:  # see above: the run reports it, without a JVM
-        return None
-
-
-def _launch_ahead(config: Config) -> LaunchedJvm | None:
-    """The driver's JVM, launched now when a pair waits after the checkpoint.
-
-    None when none waits, or when the checkpoint or the folder cannot be read: the run says why, without a JVM.
-    """
-    try:
+        config = load_config(args.config, args.overrides)
         applied = CheckpointStore(config.work_dir).load().applied_seq
-        waiting = list_pairs(config.intermediate_dir, applied + 1).pairs
-    except (ApplierError, OSError):
-        return None
-    if not waiting:
-        return None
-    from applier.engine.session import application_conf
+        if not list_pairs(config.intermediate_dir, applied + 1).pairs:
+            return None
+        from applier.engine.session import application_conf
 
-    return launch(application_conf(config))
+        return launch(application_conf(config))
+    except Exception:  # see above: the run reports it
+        return None
