@@ -1,4 +1,9 @@
-"""Small files compacted as a run goes on: a table's files stay few, its rows and its held cycle unchanged."""
+"""A table's upkeep as a run goes on.
+
+Small files are compacted: a table's files stay few, its rows and its held
+cycle unchanged. The tables the Applier creates are checkpointed every 10
+commits (Delta Lake's default), so an open reads few commits.
+"""
 
 from __future__ import annotations
 
@@ -6,6 +11,7 @@ import logging
 from pathlib import Path
 from typing import Any
 
+import pyarrow as pa
 import pytest
 from deltalake import DeltaTable
 
@@ -106,3 +112,27 @@ def test_the_setting_defaults_to_fifty_small_files_and_refuses_a_negative_count(
     assert load_config(None, [*base, "target.compact_min_files=0"]).target.compact_min_files == 0
     with pytest.raises(ConfigError, match=r"target\.compact_min_files"):
         load_config(None, [*base, "target.compact_min_files=-1"])
+
+
+def checkpoints(target: DeltaTarget, name: str) -> list[str]:
+    return sorted(p.name for p in (target.table_path(name) / "_delta_log").glob("*.checkpoint.parquet"))
+
+
+def test_the_tables_it_creates_are_checkpointed_every_ten_commits_and_a_found_table_keeps_its_own(
+    tmp_path: Path,
+) -> None:
+    target = DeltaTarget(tmp_path, APP, compact_min_files=0)
+    found = target.table_path("app.found")  # made by its owner before the Applier's first cycle, delta-rs's defaults
+    DeltaTable.create(str(found), pa.schema([pa.field("id", pa.int64(), nullable=False), ("note", pa.string())]))
+    found_def = table_def("app.found", [("id", "bigint", False), ("note", "string", True)], ("id",))
+    target.apply(1, keyed(ITEMS, [], [{"id": 0}]))  # nothing to write: created empty
+    for cycle in range(1, 13):
+        append(target, cycle)  # created with its first rows, then appended to
+        target.apply(cycle + 1, keyed(ITEMS, [{"id": cycle, "note": "n"}]))  # merged into
+        target.apply(cycle, keyed(found_def, [{"id": cycle, "note": "n"}]))
+    for name in ("app.events", "app.items"):
+        table = DeltaTable(str(target.table_path(name)))
+        assert table.metadata().configuration == {"delta.checkpointInterval": "10"}
+        assert checkpoints(target, name) == [f"{9:020d}.checkpoint.parquet"], name  # at the tenth commit
+    assert len(rows_of(target, "app.events")) == 12 and len(rows_of(target, "app.items")) == 12
+    assert DeltaTable(str(found)).metadata().configuration == {} and checkpoints(target, "app.found") == []

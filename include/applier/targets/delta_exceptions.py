@@ -22,6 +22,7 @@ import pyarrow as pa
 from deltalake import CommitProperties, DeltaTable, write_deltalake
 
 from applier.targets import PassedTransaction
+from applier.targets.delta_schema import NEW_TABLE_PROPERTIES
 
 CHANGE = pa.struct(
     [
@@ -85,7 +86,8 @@ def append(path: Path, configuration: str, passed: PassedTransaction, props: Com
         "changes": listed,
     }
     path.parent.mkdir(parents=True, exist_ok=True)
-    write_deltalake(str(path), pa.Table.from_pylist([record], SCHEMA), mode="append", commit_properties=props)
+    rows = pa.Table.from_pylist([record], SCHEMA)
+    write_deltalake(str(path), rows, mode="append", configuration=NEW_TABLE_PROPERTIES, commit_properties=props)
 
 
 def records(path: Path, ident: int | None = None) -> list[dict[str, Any]]:

@@ -31,6 +31,8 @@ from deltalake import CommitProperties
 from deltalake import Schema as DeltaSchema
 from deltalake.transaction import AddAction, create_table_with_add_actions
 
+from applier.targets.delta_schema import NEW_TABLE_PROPERTIES
+
 ROW_GROUP_ROWS = 65_536
 """Rows per Parquet row group of the data files written (delta-rs's own default is 1,048,576).
 
@@ -128,4 +130,4 @@ def create(path: Path, name: str, rows: pa.Table, schema: pa.Schema, props: Comm
         actions = [add_file(path, part, written) for part in file_slices(rows)]
         delta_schema = DeltaSchema.from_arrow(schema)
         create_table_with_add_actions(str(path), delta_schema, actions, mode="error", name=name,
-                                      commit_properties=props)  # fmt: skip
+                                      configuration=NEW_TABLE_PROPERTIES, commit_properties=props)  # fmt: skip
