@@ -55,7 +55,13 @@ DEFAULTS = {
 # young generation need not follow the machine: sized from the default initial
 # heap (1/64 of the memory), it reached 370-390 MiB of resident memory at 1.2M
 # and at 4.6M changes alike, give or take 50-80 MiB from one run to the next.
-CLUSTER_DRIVER_JVM_OPTIONS = "-Xmn64m"
+# Its scheduling code runs a few dozen times a cycle, so with the default
+# thresholds C1 kept compiling it cycle after cycle (2,020 methods after a
+# run's first cycle, about a quarter of the JVM's CPU in later cycles) and
+# interpreted it meanwhile. Compiled at a tenth of the thresholds, the driver
+# JVM took 1.18-1.51 CPU s over cycles 2-5 of the scale-out benchmark's 4x
+# workload against 1.63-1.85 s, five runs each, alternating; whole runs alike.
+CLUSTER_DRIVER_JVM_OPTIONS = "-Xmn64m -XX:CompileThresholdScaling=0.1"
 
 
 def local_master(master: str) -> bool:
