@@ -7,6 +7,7 @@ then end to end on real Spark.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import shutil
 from pathlib import Path
@@ -88,6 +89,25 @@ def test_a_pair_read_elsewhere_has_what_the_driver_would_have_read() -> None:
         assert given.tables == read.tables and given.digest_checked == read.digest_checked
         # A defect of its transactions is named from its rows, read again then.
         assert given.stream_rows().select(["lsn"]).equals(read.data.select(["lsn"]))
+        assert given.header == read.header and given.events == read.events and given.tally == read.tally
+
+
+def test_the_driver_takes_the_events_the_executor_read_and_reads_the_trn_only_without_them(tmp_path: Path) -> None:
+    folder = VECTORS / "valid" / sorted(p.name for p in (VECTORS / "valid").iterdir() if p.is_dir())[0]
+    shutil.copytree(folder, tmp_path / "pairs")
+    refs = list(list_pairs(tmp_path / "pairs").pairs)
+    read = {ref.seq: read_pair(ref, check_rows=False, check_digest=False) for ref in refs}
+    found = {ref.seq: read_dat_facts(ref) for ref in refs}
+    for ref in refs:
+        facts = found[ref.seq]
+        assert isinstance(facts, DatFacts) and facts.events is not None and read[ref.seq].events
+        ref.trn_path.rename(ref.trn_path.with_suffix(".gone"))
+    for ref in refs:  # its .trn gone, the pair is still read, with the executor's header and events
+        given = read_pair(ref, check_rows=False, check_digest=False, read_elsewhere=found[ref.seq])
+        assert given.header == read[ref.seq].header and given.events == read[ref.seq].events
+        without = dataclasses.replace(found[ref.seq], header=None, events=None)
+        with pytest.raises(FileNotFoundError):  # without them, the driver reads the .trn
+            read_pair(ref, check_rows=False, check_digest=False, read_elsewhere=without)
 
 
 def test_row_facts_count_rows_per_transaction_and_keep_the_truncates() -> None:

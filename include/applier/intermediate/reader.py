@@ -22,7 +22,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from applier.errors import CorruptPairError, IntermediateFileError, InvalidChangeError
-from applier.intermediate.events import Event, EventTally, decode_events, is_int, tally
+from applier.intermediate.events import Event, EventTally, decode_events, is_int, tally, unpacked
 from applier.intermediate.images import ImageProblem, check_images
 from applier.intermediate.pairs import (
     AUTOCORRECT_METADATA_KEY,
@@ -352,11 +352,12 @@ def read_pair(
             the file); a pair refused for anything else has its digest
             checked first all the same, so it is refused in the words it
             would have been with the digest checked first.
-        read_elsewhere: what a Spark executor found reading the ``.dat`` as
+        read_elsewhere: what a Spark executor found reading the pair as
             this function does, images and digest aside
             (:func:`applier.engine.dat_facts.read_dat_facts`, which gives the
-            refusal instead, when there is one): only the ``.trn`` is read
-            here, and the pair has no ``data``.
+            refusal instead, when there is one): the pair has no ``data``,
+            and only the ``.trn`` is read here, unless the executor sent its
+            header and events.
 
     Returns:
         The pair's header, events, table definitions and rows; without
@@ -366,7 +367,10 @@ def read_pair(
     Raises:
         IntermediateFileError: a subclass naming the file and the defect.
     """
-    header, events = read_trn(ref)
+    if read_elsewhere is not None and read_elsewhere.header is not None and read_elsewhere.events is not None:
+        header, events = read_elsewhere.header, unpacked(read_elsewhere.events)  # the .trn read there too
+    else:
+        header, events = read_trn(ref)
     if read_elsewhere is not None:  # read and checked by an executor (read_dat_facts), the digest of rows left
         return Pair(ref, header, events, read_elsewhere.tables, None, read_elsewhere.autocorrect,
                     digest_checked=header.dat_rows == 0, given=read_elsewhere)  # fmt: skip

@@ -11,11 +11,15 @@ whoever read its rows: the driver, or on a cluster a Spark executor
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import pyarrow as pa
 import pyarrow.compute as pc
 
 from applier.intermediate.schema import TableDef
+
+if TYPE_CHECKING:
+    from applier.intermediate.reader import Header
 
 STREAM_COLUMNS = ("lsn", "xid", "table", "op")
 """The ``.dat`` columns the stream checks read; the images are read to be checked."""
@@ -72,9 +76,14 @@ class DatFacts:
         rows: what its rows say (:class:`RowFacts`).
         longest_image: per table, its longest image in bytes, when asked for
             (the groups' size estimates: ``applier.engine.touches.longest_images``).
+        header, events: its ``.trn``'s header and events, read and checked
+            with the ``.dat`` (the events :func:`~applier.intermediate.events.packed`):
+            the driver need not read the ``.trn`` again. None: it reads it.
     """
 
     tables: dict[str, TableDef]
     autocorrect: dict[str, tuple[int, int]]
     rows: RowFacts
     longest_image: dict[str, int] | None = None
+    header: Header | None = None
+    events: bytes | None = None
