@@ -60,7 +60,8 @@ def packed(events: tuple[Event, ...]) -> bytes:
     back), which Spark's task results carry through the driver's JVM.
     """
     raw = msgspec.msgpack.encode(events)
-    return len(raw).to_bytes(8, "little") + pa.compress(raw, codec="lz4", asbytes=True)
+    compressed: bytes = pa.compress(raw, codec="lz4", asbytes=True)
+    return len(raw).to_bytes(8, "little") + compressed
 
 
 def unpacked(blob: bytes) -> tuple[Event, ...]:
